@@ -1,0 +1,46 @@
+# Two commands on a fresh machine (only Python 3.11+ and make needed):
+#   make demo   - install into .venv and show the sidecar at work on built-in upstreams
+#   make test   - install into .venv and run the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test unit integration demo lint bench lock clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	@touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
+
+integration: $(STAMP)
+	$(BIN)/python -m pytest tests/integration
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+demo: $(STAMP)
+	$(BIN)/sidecar demo
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
+# Re-pin the dependencies after editing pyproject.toml (needs network access to PyPI).
+lock:
+	$(PYTHON) -m venv /tmp/sidecar-lock-venv
+	/tmp/sidecar-lock-venv/bin/pip install --quiet pip-tools
+	/tmp/sidecar-lock-venv/bin/pip-compile --quiet --extra test --generate-hashes --strip-extras \
+	    --allow-unsafe -o requirements.lock pyproject.toml
+
+clean:
+	rm -rf $(VENV) build *.egg-info

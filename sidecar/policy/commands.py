@@ -1,0 +1,68 @@
+"""What the engine asks the runtime to do, and the decisions it records on the way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .outcome import Outcome, OutcomeClass
+from .reasons import Reason
+
+
+@dataclass(frozen=True, slots=True)
+class SendAttempt:
+    """Send attempt number ``attempt`` (1-based) to ``endpoint``.
+
+    ``timeout``: what this attempt may take, in seconds (``inf``: no limit): min(per-try timeout, remaining
+    deadline). Adapters propagate it (``X-YaTaxi-Client-TimeoutMs``, ``grpc-timeout``, ``maxTimeMS``).
+    ``whole_deadline``: the timeout is the request's whole remaining deadline (not cut by the per-try timeout).
+    ``hedge``: 0 for the first attempt, k for the k-th hedge (hedging policies only).
+    """
+
+    attempt: int
+    endpoint: str
+    timeout: float
+    whole_deadline: bool
+    hedge: int = 0
+
+    @property
+    def previous_attempts(self) -> int:
+        return self.attempt - 1
+
+
+@dataclass(frozen=True, slots=True)
+class CancelAttempt:
+    attempt: int
+    reason: Reason
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """Feed me a ``Tick`` at ``at`` (absolute, on the clock the runtime passes in). Replaces earlier wakes;
+    ``inf`` means no wake is needed."""
+
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What followed attempt ``attempt``'s result, and why. ``delay``: the wait before the next attempt."""
+
+    attempt: int
+    endpoint: str
+    outcome: OutcomeClass
+    reason: Reason
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The request is over. Deliver attempt ``attempt``'s response (``None``: no attempt has one to give;
+    the adapter answers for ``reason`` itself). ``attempts``: how many attempts were sent in all."""
+
+    reason: Reason
+    attempt: int | None
+    outcome: Outcome | None
+    attempts: int
+
+
+Command = SendAttempt | CancelAttempt | Wake | Decision | Finish

@@ -1,0 +1,26 @@
+"""Deadline arithmetic shared by adapters: parse an incoming timeout, render an outgoing one."""
+
+from __future__ import annotations
+
+import math
+
+#: Deadlines further away than this are absurd and ignored (userver ignores those over a year).
+MAX_TIMEOUT_S = 365 * 24 * 3600.0
+
+
+def parse_timeout_ms(value: str | bytes | None) -> float | None:
+    """``"250"`` -> 0.25 s. Unparseable, non-positive or absurd values give ``None`` (use the default)."""
+    if value is None:
+        return None
+    try:
+        ms = float(value.strip())
+    except (ValueError, AttributeError):
+        return None
+    if not math.isfinite(ms) or ms <= 0 or ms / 1000.0 > MAX_TIMEOUT_S:
+        return None
+    return ms / 1000.0
+
+
+def timeout_ms(timeout_s: float) -> int:
+    """Seconds -> whole milliseconds, rounded down: a propagated timeout never exceeds what remains."""
+    return max(0, math.floor(timeout_s * 1000.0 + 1e-9))

@@ -1,0 +1,432 @@
+"""The per-request retry state machine: events in, commands out (``Call.handle(event, now)``).
+
+Pure: no sockets, no asyncio, no protocol types, no wall clock, no global random. ``now`` is passed with
+every event and randomness comes from the ``rand`` callable given at construction, so every decision can be
+replayed to the millisecond in a test.
+
+One ``Call`` serves one request. It is built from an immutable :class:`RetryPolicy`, the upstream's shared
+endpoint picker and throttle, and the request's own facts (deadline, which endpoints are eligible, whether
+the body can be replayed, which outcome classes this request may retry). It either retries (one attempt at a
+time, with backoff) or, when the policy has a ``hedging`` block, hedges (several attempts in flight).
+
+The runtime feeds it ``Start`` once, ``AttemptEnded`` per result, ``Tick`` when a ``Wake`` time comes,
+``Committed`` once a response started towards the client, ``BufferExceeded`` and ``ClientGone``. It answers
+with ``SendAttempt``, ``CancelAttempt``, ``Wake``, ``Decision`` (one per ended attempt, for telemetry) and
+exactly one ``Finish``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Sequence
+from typing import Protocol
+
+from .backoff import BackoffSequence
+from .commands import CancelAttempt, Command, Decision, Finish, SendAttempt, Wake
+from .events import AttemptEnded, BufferExceeded, ClientGone, Committed, Event, Start, Tick
+from .outcome import Outcome, OutcomeClass
+from .reasons import Reason
+from .spec import RetryPolicy
+from .throttle import Throttle
+
+INF = math.inf
+C = OutcomeClass
+Rand = Callable[[], float]
+_WON = frozenset({Reason.SUCCESS, Reason.NOT_RETRYABLE, Reason.COMMITTED})
+
+
+class EndpointPicker(Protocol):
+    def pick(
+        self,
+        now: float,
+        rand: Rand,
+        candidates: Sequence[str] | None = None,
+        avoid: Collection[str] = (),
+        deprioritized: Collection[str] = (),
+    ) -> str | None: ...
+
+    def started(self, endpoint: str) -> None: ...
+
+    def finished(self, endpoint: str) -> None: ...
+
+    def penalize(self, endpoint: str, now: float) -> None: ...
+
+
+class _Attempt:
+    __slots__ = ("n", "endpoint", "expires", "whole", "done")
+
+    def __init__(self, n: int, endpoint: str, expires: float, whole: bool) -> None:
+        self.n = n
+        self.endpoint = endpoint
+        self.expires = expires  # per-try expiry; INF when the request deadline bounds it
+        self.whole = whole
+        self.done = False
+
+
+class Call:
+    """State of one request under a policy. See the module docstring for the protocol."""
+
+    __slots__ = (
+        "policy",
+        "deadline",
+        "picker",
+        "throttle",
+        "rand",
+        "candidates",
+        "retry_on",
+        "max_attempts",
+        "replayable",
+        "hedging",
+        "attempts",
+        "inflight",
+        "deprioritized",
+        "backoff",
+        "committed",
+        "finished",
+        "deliverable",
+        "retry_at",
+        "hedge_at",
+        "stop_reason",
+        "used_transparent",
+        "_wake",
+    )
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        *,
+        picker: EndpointPicker,
+        rand: Rand,
+        deadline: float,
+        throttle: Throttle | None = None,
+        candidates: Sequence[str] | None = None,
+        retry_on: Collection[OutcomeClass] | None = None,
+        max_attempts: int | None = None,
+        replayable: bool = True,
+    ) -> None:
+        """``deadline``: absolute, on the clock of ``now`` (``inf``: none).
+        ``retry_on`` narrows the policy's classes for this request (a POST may only retry
+        ``connect-failure``); a narrowed request never hedges. ``max_attempts`` likewise caps the policy's.
+        ``replayable=False``: the request cannot be sent twice (body larger than the replay buffer)."""
+        self.policy = policy
+        self.deadline = deadline
+        self.picker = picker
+        self.throttle = throttle
+        self.rand = rand
+        self.candidates = candidates
+        narrowed = retry_on is not None
+        self.retry_on = policy.retry_on if retry_on is None else frozenset(retry_on)
+        hedging = policy.hedging if not narrowed else None
+        self.hedging = hedging
+        limit = hedging.max_attempts if hedging is not None else policy.max_attempts
+        self.max_attempts = limit if max_attempts is None else min(limit, max_attempts)
+        self.replayable = replayable
+        self.attempts: list[_Attempt] = []
+        self.inflight = 0
+        self.deprioritized: set[str] = set()
+        self.backoff = BackoffSequence(policy.backoff)
+        self.committed: int | None = None
+        self.finished = False
+        self.deliverable: tuple[int, Outcome] | None = None
+        self.retry_at = INF  # retry mode: when the next attempt is due
+        self.hedge_at = INF  # hedging mode: when the next hedge is due
+        self.stop_reason: Reason | None = None  # hedging mode: why no more hedges will be sent
+        self.used_transparent = False
+        self._wake = INF
+
+    # -- the one entry point ------------------------------------------------------------------------
+    def handle(self, event: Event, now: float) -> list[Command]:
+        out: list[Command] = []
+        if self.finished:
+            return out
+        t = type(event)
+        if t is AttemptEnded:
+            self._ended(event.attempt, event.outcome, now, out)  # type: ignore[union-attr]
+        elif t is Tick:
+            self._tick(now, out)
+        elif t is Start:
+            self._start(now, out)
+        elif t is Committed:
+            self._commit(event.attempt, out)  # type: ignore[union-attr]
+        elif t is BufferExceeded:
+            self._buffer_exceeded(out)
+        elif t is ClientGone:
+            self._finish(Reason.CANCELLED, out, deliver=False)
+        else:  # pragma: no cover - a programming error, not input
+            raise TypeError(f"unknown event {event!r}")
+        if not self.finished:
+            self._schedule(out)
+        return out
+
+    @property
+    def attempts_sent(self) -> int:
+        return len(self.attempts)
+
+    # -- events ----------------------------------------------------------------------------------------
+    def _start(self, now: float, out: list[Command]) -> None:
+        if self.attempts:
+            return
+        if now >= self.deadline:
+            self._finish(Reason.DEADLINE, out, deliver=False)
+            return
+        if not self._send(now, out, hedge=0):
+            return
+        h = self.hedging
+        if h is not None and self.max_attempts > 1 and self.replayable:
+            self.hedge_at = now + h.delay
+            if h.delay <= 0:  # all copies at once
+                self._hedges_due(now, out)
+
+    def _tick(self, now: float, out: list[Command]) -> None:
+        if now >= self.deadline:
+            self._finish(Reason.DEADLINE, out)
+            return
+        for a in list(self.attempts):
+            if not a.done and a.expires <= now:
+                out.append(CancelAttempt(a.n, Reason.PER_TRY_TIMEOUT))
+                self._ended(a.n, Outcome(C.TIMEOUT, detail="per-try timeout"), now, out)
+                if self.finished:
+                    return
+        if self.retry_at <= now:
+            self.retry_at = INF
+            self._send(now, out, hedge=0)
+        if self.hedge_at <= now:
+            self._hedges_due(now, out)
+            self._finish_if_idle(out)
+
+    def _commit(self, n: int, out: list[Command]) -> None:
+        if self.committed is not None or not (0 < n <= len(self.attempts)):
+            return
+        a = self.attempts[n - 1]
+        if a.done:
+            return
+        self.committed = n
+        self.retry_at = self.hedge_at = INF
+        for other in self.attempts:
+            if other is not a and not other.done:
+                self._cancel(other, Reason.HEDGE_LOST, out)
+
+    def _buffer_exceeded(self, out: list[Command]) -> None:
+        self.replayable = False
+        self.hedge_at = INF
+        if self.hedging is not None and self.stop_reason is None:
+            self.stop_reason = Reason.BUFFER_EXCEEDED
+        if self.retry_at < INF:  # a retry was waiting: it can no longer be sent
+            self.retry_at = INF
+            self._finish(Reason.BUFFER_EXCEEDED, out)
+
+    def _ended(self, n: int, outcome: Outcome, now: float, out: list[Command]) -> None:
+        if not (0 < n <= len(self.attempts)):
+            return
+        a = self.attempts[n - 1]
+        if a.done:  # a late result of an attempt already cancelled or timed out
+            return
+        a.done = True
+        self.inflight -= 1
+        self.picker.finished(a.endpoint)
+        policy = self.policy
+        cls = outcome.cls
+        upstream_deadline = False
+        if outcome.deadline_expired and cls is not C.SUCCESS:
+            # userver: "deadline expired" from upstream is a timeout, never a body to pass on; when that
+            # attempt had the request's whole remaining time, the request is over.
+            if a.whole:
+                upstream_deadline = True
+            cls = C.TIMEOUT
+        if cls is C.OVERLOADED:
+            self.picker.penalize(a.endpoint, now)
+            if policy.deprioritize_overloaded:
+                self.deprioritized.add(a.endpoint)
+        if outcome.backoff_base is not None and policy.pushback and outcome.backoff_base >= 0:
+            self.backoff.rebase(outcome.backoff_base)
+        if not (outcome.prefer_previous and self.deliverable is not None):
+            self.deliverable = (n, outcome)
+        pushback = outcome.pushback if policy.pushback else None
+        transparent = (
+            policy.transparent_retry
+            and cls is C.CONNECT_FAILURE
+            and not self.used_transparent
+            and self.hedging is None
+        )
+        self._account(n, cls, pushback is not None and pushback.stop, transparent)
+
+        def decide(reason: Reason, delay: float = 0.0) -> None:
+            out.append(Decision(n, a.endpoint, cls, reason, delay))
+
+        if cls is C.SUCCESS:
+            decide(Reason.SUCCESS)
+            self._finish(Reason.SUCCESS, out)
+            return
+        if self.committed == n:
+            decide(Reason.COMMITTED)
+            self._finish(Reason.COMMITTED, out)
+            return
+        if upstream_deadline:
+            decide(Reason.DEADLINE)
+            self._finish(Reason.DEADLINE, out)
+            return
+        if self.hedging is not None:
+            self._after_hedge(n, cls, pushback, now, out, decide)
+        else:
+            self._after_retry(cls, pushback, transparent, now, out, decide)
+
+    # -- retry mode -----------------------------------------------------------------------------------
+    def _after_retry(self, cls, pushback, transparent, now, out, decide) -> None:  # noqa: ANN001
+        if cls not in self.retry_on:
+            return self._give_up(Reason.NOT_RETRYABLE, out, decide)
+        if pushback is not None and pushback.stop:
+            return self._give_up(Reason.PUSHBACK_NO_RETRY, out, decide)
+        if not self.replayable:
+            return self._give_up(Reason.BUFFER_EXCEEDED, out, decide)
+        if len(self.attempts) >= self.max_attempts:
+            return self._give_up(Reason.ATTEMPTS_EXHAUSTED, out, decide)
+        if transparent:
+            self.used_transparent = True
+            decide(Reason.TRANSPARENT_RETRY)
+            self._send(now, out, hedge=0)
+            return None
+        if pushback is not None:
+            delay = pushback.delay
+            self.backoff.reset()
+        elif cls in self.policy.backoff_on:
+            delay = self.backoff.next(self.rand)
+        else:
+            delay = 0.0
+        # A wait that would cross the deadline ends the request now, before a token is spent.
+        if now + delay >= self.deadline:
+            return self._give_up(Reason.DEADLINE, out, decide)
+        if self.throttle is not None and not self.throttle.acquire():
+            return self._give_up(Reason.THROTTLED, out, decide)
+        decide(Reason.RETRY, delay)
+        if delay <= 0:
+            self._send(now, out, hedge=0)
+        else:
+            self.retry_at = now + delay
+        return None
+
+    # -- hedging mode ---------------------------------------------------------------------------------
+    def _after_hedge(self, n, cls, pushback, now, out, decide) -> None:  # noqa: ANN001
+        assert self.hedging is not None
+        if cls not in self.hedging.non_fatal:
+            return self._give_up(Reason.NOT_RETRYABLE, out, decide)
+        if self.stop_reason is None:
+            if pushback is not None and pushback.stop:
+                self.stop_reason = Reason.PUSHBACK_NO_RETRY
+                self.hedge_at = INF
+            elif pushback is not None:
+                # A6: the next hedge goes in n ms; later ones resume at n + hedging_delay.
+                if now + pushback.delay >= self.deadline:
+                    self.stop_reason = Reason.DEADLINE
+                    self.hedge_at = INF
+                else:
+                    self.hedge_at = now + pushback.delay
+            elif len(self.attempts) < self.max_attempts:
+                self.hedge_at = now  # a non-fatal result sends the next hedge at once
+            else:
+                self.stop_reason = Reason.ATTEMPTS_EXHAUSTED
+        mark = len(out)
+        sent_before = len(self.attempts)
+        if self.hedge_at <= now:
+            self._hedges_due(now, out)
+        if len(self.attempts) > sent_before:
+            reason = Reason.HEDGE
+        elif self.inflight > 0 or self.hedge_at < INF:
+            reason = Reason.AWAIT_HEDGES
+        else:
+            reason = self.stop_reason or Reason.ATTEMPTS_EXHAUSTED
+        out.insert(mark, Decision(n, self.attempts[n - 1].endpoint, cls, reason))
+        if not self.finished and reason is not Reason.HEDGE and reason is not Reason.AWAIT_HEDGES:
+            self._finish(reason, out)
+        return None
+
+    def _hedges_due(self, now: float, out: list[Command]) -> None:
+        """Send the hedges that are due, while they may be sent; schedule the one after."""
+        h = self.hedging
+        assert h is not None
+        while self.hedge_at <= now and not self.finished:
+            self.hedge_at = INF
+            if self.stop_reason is not None or self.committed is not None:
+                return
+            if len(self.attempts) >= self.max_attempts:
+                self.stop_reason = Reason.ATTEMPTS_EXHAUSTED
+            elif not self.replayable:
+                self.stop_reason = Reason.BUFFER_EXCEEDED
+            elif self.throttle is not None and not self.throttle.acquire():
+                self.stop_reason = Reason.THROTTLED
+            elif self._send(now, out, hedge=len(self.attempts)):
+                if len(self.attempts) < self.max_attempts and now + h.delay < self.deadline:
+                    self.hedge_at = now + h.delay
+
+    def _finish_if_idle(self, out: list[Command]) -> None:
+        """Hedging: nothing is out and nothing more will go, so the last result is the answer."""
+        if not self.finished and self.inflight == 0 and self.hedge_at == INF and self.retry_at == INF:
+            self._finish(self.stop_reason or Reason.ATTEMPTS_EXHAUSTED, out)
+
+    # -- shared machinery -----------------------------------------------------------------------------
+    def _send(self, now: float, out: list[Command], hedge: int) -> bool:
+        tried = [a.endpoint for a in self.attempts]
+        endpoint = self.picker.pick(now, self.rand, self.candidates, tried, self.deprioritized)
+        if endpoint is None:
+            self._finish(Reason.NO_ENDPOINT, out)
+            return False
+        remaining = self.deadline - now
+        per_try = self.policy.per_try_timeout
+        if per_try < remaining:
+            timeout, whole, expires = per_try, False, now + per_try
+        else:
+            timeout, whole, expires = remaining, True, INF
+        n = len(self.attempts) + 1
+        self.attempts.append(_Attempt(n, endpoint, expires, whole))
+        self.inflight += 1
+        self.picker.started(endpoint)
+        out.append(SendAttempt(n, endpoint, timeout, whole, hedge))
+        return True
+
+    def _account(self, n: int, cls: OutcomeClass, pushback_stop: bool, transparent: bool) -> None:
+        throttle = self.throttle
+        if throttle is None:
+            return
+        retry = n > 1
+        if cls is C.SUCCESS:
+            throttle.on_success(retry)
+            return
+        failed_class = self.hedging.non_fatal if self.hedging is not None else self.policy.retry_on
+        counted = (cls in failed_class or pushback_stop) and not transparent
+        throttle.on_failure(retry, counted, cls is C.OVERLOADED)
+
+    def _cancel(self, a: _Attempt, reason: Reason, out: list[Command]) -> None:
+        a.done = True
+        self.inflight -= 1
+        self.picker.finished(a.endpoint)
+        out.append(CancelAttempt(a.n, reason))
+
+    def _give_up(self, reason: Reason, out: list[Command], decide) -> None:  # noqa: ANN001
+        decide(reason)
+        self._finish(reason, out)
+
+    def _finish(self, reason: Reason, out: list[Command], deliver: bool = True) -> None:
+        # Attempts still out lost the race (success, fatal answer) or are cut short by ``reason``.
+        cancel_reason = Reason.HEDGE_LOST if reason in _WON else reason
+        for a in self.attempts:
+            if not a.done:
+                self._cancel(a, cancel_reason, out)
+        attempt: int | None = None
+        outcome: Outcome | None = None
+        if deliver and self.deliverable is not None:
+            attempt, outcome = self.deliverable
+        self.finished = True
+        self.retry_at = self.hedge_at = INF
+        out.append(Finish(reason, attempt, outcome, len(self.attempts)))
+
+    def _schedule(self, out: list[Command]) -> None:
+        at = self.deadline
+        if self.retry_at < at:
+            at = self.retry_at
+        if self.hedge_at < at:
+            at = self.hedge_at
+        for a in self.attempts:
+            if not a.done and a.expires < at:
+                at = a.expires
+        if at != self._wake:
+            self._wake = at
+            out.append(Wake(at))

@@ -1,0 +1,50 @@
+"""What the runtime tells the engine. Frozen, with readable reprs (h11's _events.py habit)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .outcome import Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """The request is ready to be sent (read far enough to start the first attempt)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnded:
+    """Attempt ``attempt`` has a classified result (for HTTP: the response head; for gRPC: the status)."""
+
+    attempt: int
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """The time the engine asked to be woken at (``Wake``) has come."""
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """Part of attempt ``attempt``'s response went to the client: it is the one, whatever comes next."""
+
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class BufferExceeded:
+    """The request body outgrew the replay buffer: what is in flight is all there will be."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientGone:
+    """The client cancelled or disconnected."""
+
+
+Event = Start | AttemptEnded | Tick | Committed | BufferExceeded | ClientGone
+
+START = Start()
+TICK = Tick()
+BUFFER_EXCEEDED = BufferExceeded()
+CLIENT_GONE = ClientGone()

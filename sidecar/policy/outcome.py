@@ -1,0 +1,62 @@
+"""What an attempt came back with, in the engine's words.
+
+Every protocol adapter maps its results (an HTTP status, a gRPC status, a MongoDB error document, a
+socket error) into an :class:`Outcome`. The engine never sees a protocol type: only these classes and hints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class OutcomeClass(StrEnum):
+    SUCCESS = "success"
+    CONNECT_FAILURE = "connect-failure"  # the request never reached the upstream
+    RESET = "reset"  # the connection broke before any response byte
+    TIMEOUT = "timeout"  # the per-try timeout fired (or the upstream said its deadline expired)
+    UNAVAILABLE = "unavailable"
+    OVERLOADED = "overloaded"
+    FATAL = "fatal"  # a final answer that is not a success: passed to the client, never retried
+
+
+@dataclass(frozen=True, slots=True)
+class Pushback:
+    """A server's hint about retrying: wait ``delay`` seconds, or (``delay is None``) do not retry at all."""
+
+    delay: float | None
+
+    @property
+    def stop(self) -> bool:
+        return self.delay is None
+
+
+PUSHBACK_STOP = Pushback(None)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The classified result of one attempt.
+
+    ``deadline_expired``: the upstream said the request's deadline expired (userver's header, MongoDB's
+    MaxTimeMSExpired to a request whose maxTimeMS we set).
+    ``backoff_base``: a server-sent base for the backoff formula, replacing the policy's ``initial`` for the
+    rest of this request (MongoDB's ``baseBackoffMS``).
+    ``prefer_previous``: should this outcome end the request, deliver the previous attempt's response
+    instead (MongoDB's ``NoWritesPerformed``: the earlier error says more).
+    ``detail``: a short protocol-level label for telemetry only ("503", "UNAVAILABLE", "code 462").
+    """
+
+    cls: OutcomeClass
+    pushback: Pushback | None = None
+    deadline_expired: bool = False
+    backoff_base: float | None = None
+    prefer_previous: bool = False
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.cls is OutcomeClass.SUCCESS
+
+
+SUCCESS = Outcome(OutcomeClass.SUCCESS)

@@ -1,0 +1,1 @@
+"""Upstream endpoints and how one is chosen for each attempt."""
