@@ -1,0 +1,3 @@
+"""retry-sidecar: one retry policy for MongoDB, HTTP and gRPC traffic."""
+
+__version__ = "0.1.0"

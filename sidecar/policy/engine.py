@@ -353,9 +353,12 @@ class Call:
                 self.stop_reason = Reason.BUFFER_EXCEEDED
             elif self.throttle is not None and not self.throttle.acquire():
                 self.stop_reason = Reason.THROTTLED
-            elif self._send(now, out, hedge=len(self.attempts)):
-                if len(self.attempts) < self.max_attempts and now + h.delay < self.deadline:
-                    self.hedge_at = now + h.delay
+            elif (
+                self._send(now, out, hedge=len(self.attempts))
+                and len(self.attempts) < self.max_attempts
+                and now + h.delay < self.deadline
+            ):
+                self.hedge_at = now + h.delay
 
     def _finish_if_idle(self, out: list[Command]) -> None:
         """Hedging: nothing is out and nothing more will go, so the last result is the answer."""

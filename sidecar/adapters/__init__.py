@@ -1,0 +1,45 @@
+"""Protocol adapters. Each reads and writes its wire format, classifies upstream results into the engine's
+outcome classes, and carries out the engine's commands. Nothing protocol-specific lives outside them.
+
+A listener class takes ``(ListenerConfig, Services)`` and offers ``start()``, ``stop(grace)``, ``address``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Protocol
+
+from ..config import ListenerConfig
+from ..services import Services
+
+_LISTENERS = {
+    "http": ("sidecar.adapters.http.server", "HttpListener"),
+    "grpc": ("sidecar.adapters.grpc.server", "GrpcListener"),
+    "mongodb": ("sidecar.adapters.mongo.server", "MongoListener"),
+}
+
+
+class Listener(Protocol):
+    name: str
+
+    @property
+    def address(self) -> tuple[str, int]: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self, grace: float) -> None: ...
+
+
+class AdapterMissing(RuntimeError):
+    pass
+
+
+def make_listener(config: ListenerConfig, services: Services) -> Listener:
+    module_name, cls_name = _LISTENERS[config.protocol]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and module_name.startswith(e.name):
+            raise AdapterMissing(f"the {config.protocol} listener is not available in this build") from None
+        raise
+    return getattr(module, cls_name)(config, services)

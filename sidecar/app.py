@@ -1,0 +1,96 @@
+"""The composition root: build shared services from a validated config, start listeners and the admin port,
+drain on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import signal
+from collections.abc import Callable
+
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from .adapters import Listener, make_listener
+from .admin import AdminServer
+from .config import Config, effective
+from .services import Services
+from .telemetry import Telemetry
+
+log = logging.getLogger("sidecar")
+
+
+class App:
+    """The sidecar. ``async with App(config) as app:`` starts it; ``app.address(name)`` tells where a
+    listener is bound (useful with port 0)."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        rand: Callable[[], float] | None = None,
+        span_exporter: SpanExporter | None = None,
+    ) -> None:
+        self.config = config
+        self.telemetry = Telemetry(config.telemetry, span_exporter=span_exporter)
+        self.services = Services(config, self.telemetry, rand or random.Random().random)
+        self.listeners: list[Listener] = [make_listener(lc, self.services) for lc in config.listeners]
+        self.ready = False
+        self.admin: AdminServer | None = None
+        if config.admin.listen is not None:
+            self.admin = AdminServer(
+                config.admin.listen,
+                registry=self.telemetry.metrics.registry,
+                ready=lambda: self.ready,
+                effective_config=effective(config),
+            )
+
+    def address(self, listener: str) -> tuple[str, int]:
+        for lst in self.listeners:
+            if lst.name == listener:
+                return lst.address
+        raise KeyError(f"no listener named {listener!r}")
+
+    async def start(self) -> None:
+        try:
+            if self.admin is not None:
+                await self.admin.start()
+            for lst in self.listeners:
+                await lst.start()
+                host, port = lst.address
+                log.info("listener %s ready on %s:%d", lst.name, host, port)
+        except BaseException:
+            await self.stop(0)
+            raise
+        self.ready = True
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop accepting, let requests in progress finish for up to ``grace`` seconds, then close."""
+        self.ready = False
+        g = self.config.shutdown.grace if grace is None else grace
+        await asyncio.gather(*(lst.stop(g) for lst in self.listeners), return_exceptions=True)
+        if self.admin is not None:
+            await self.admin.stop()
+        self.telemetry.shutdown()
+
+    async def __aenter__(self) -> App:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop(0)
+
+
+async def serve(config: Config) -> None:
+    """Run until SIGTERM or SIGINT, then drain."""
+    app = App(config)
+    await app.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if app.admin is not None:
+        log.info("admin on http://%s:%d (healthz, readyz, metrics, config)", *app.admin.address)
+    await stop.wait()
+    log.info("shutting down: draining for up to %.1fs", config.shutdown.grace)
+    await app.stop()

@@ -1,0 +1,129 @@
+"""The ``sidecar`` command: run, check, version (and, from the protocol issues, demo)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+import typer
+
+from . import __version__
+from .config import ConfigError, effective_yaml, load_file
+
+app = typer.Typer(
+    name="sidecar",
+    help="retry-sidecar: one retry policy for MongoDB, HTTP and gRPC traffic.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+ConfigOption = typer.Option(..., "-c", "--config", help="Configuration file (YAML).")
+
+
+def _load(path: Path):  # noqa: ANN202
+    try:
+        return load_file(path)
+    except ConfigError as e:
+        typer.echo(e.render(), err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def run(
+    config: Path = ConfigOption,
+    log_level: str = typer.Option("info", help="debug, info, warning or error."),
+    uvloop: bool = typer.Option(True, help="Use uvloop when it is installed."),
+) -> None:
+    """Run the sidecar until SIGTERM/SIGINT."""
+    cfg = _load(config)
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from .adapters import AdapterMissing
+    from .app import serve
+
+    try:
+        _run(serve(cfg), uvloop)
+    except AdapterMissing as e:
+        typer.echo(f"sidecar: {e}", err=True)
+        raise typer.Exit(2) from None
+    except OSError as e:
+        typer.echo(f"sidecar: cannot start: {e}", err=True)
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def check(config: Path = ConfigOption) -> None:
+    """Validate a configuration and print it in full (presets spelled out, secrets redacted)."""
+    cfg = _load(config)
+    typer.echo(effective_yaml(cfg), nl=False)
+
+
+@app.command()
+def demo(
+    only: list[str] = typer.Option(None, "--only", help="Run only these parts: http, grpc, mongodb."),
+    duration: float = typer.Option(10.0, help="Seconds of load per part."),
+    rate: float = typer.Option(200.0, help="Requests per second offered by the demo's clients."),
+) -> None:
+    """Show the sidecar at work: built-in faulty upstreams, the sidecar in front, real client load."""
+    from .demo import PARTS, load_part
+    from .demo.runner import run_part
+
+    names = only or list(PARTS)
+    unknown = [n for n in names if n not in PARTS]
+    if unknown:
+        typer.echo(
+            f"sidecar demo: unknown part(s) {', '.join(unknown)} (parts: {', '.join(PARTS)})", err=True
+        )
+        raise typer.Exit(2)
+    parts = []
+    for name in names:
+        part = load_part(name)
+        if part is None:
+            typer.echo(f"(the {name} part is not in this build)")
+        else:
+            parts.append(part)
+    if not parts:
+        typer.echo("No demo parts in this build yet; here is the example configuration, validated:")
+        check(Path(__file__).resolve().parent.parent / "config.example.yaml")
+        return
+
+    async def all_parts() -> None:
+        for part in parts:
+            await run_part(part, duration, rate)
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        _run(all_parts(), True)
+    except KeyboardInterrupt:
+        typer.echo("\nstopped")
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(f"retry-sidecar {__version__}")
+
+
+def _run(coro, use_uvloop: bool) -> None:  # noqa: ANN001
+    if use_uvloop:
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            uvloop.run(coro)
+            return
+    asyncio.run(coro)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""Load and validate a configuration file, once, reporting every error with the path of its key.
+
+YAML -> ``${ENV}`` expansion -> presets and ``extends`` spelled out -> schema (pydantic) -> cross-references.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from .env import expand, join
+from .presets import PRESETS, resolve_policies
+from .schema import PROTOCOL_PRESETS, Config
+from .units import split_host_port
+
+ErrorList = list[tuple[str, str]]
+
+
+class ConfigError(Exception):
+    """Every problem found in a configuration, each as ``(path, message)``."""
+
+    def __init__(self, errors: ErrorList, source: str = "") -> None:
+        self.errors = errors
+        self.source = source
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        head = f"{self.source}: " if self.source else ""
+        lines = [f"{head}{len(self.errors)} error{'s' if len(self.errors) != 1 else ''} in the configuration"]
+        for path, msg in self.errors:
+            lines.append(f"  {path}: {msg}" if path else f"  {msg}")
+        return "\n".join(lines)
+
+
+def load_file(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError([("", f"cannot read {str(p)!r}: {e.strerror or e}")], str(p)) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError([("", f"{str(p)!r} is not UTF-8 text: {e.reason}")], str(p)) from None
+    return load_text(text, environ, source=str(p))
+
+
+def load_text(text: str, environ: Mapping[str, str] | None = None, source: str = "") -> Config:
+    try:
+        tree = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError([("", f"not valid YAML: {where}{problem}")], source) from None
+    if tree is None:
+        tree = {}
+    return load_dict(tree, environ, source)
+
+
+def load_dict(tree: Any, environ: Mapping[str, str] | None = None, source: str = "") -> Config:
+    if not isinstance(tree, dict):
+        raise ConfigError(
+            [("", "the top level must be a mapping (admin:, policies:, upstreams:, ...)")], source
+        )
+    errors: ErrorList = []
+    tree = expand(tree, os.environ if environ is None else environ, "", errors)
+    raw_policies = tree.get("policies") or {}
+    user_policies = sorted(raw_policies) if isinstance(raw_policies, dict) else []
+    if isinstance(raw_policies, dict):
+        tree = {**tree, "policies": resolve_policies(raw_policies, _wanted_policies(tree), errors)}
+    env_paths = tuple(path for path, _ in errors)
+    try:
+        config = Config.model_validate(tree)
+    except ValidationError as e:
+        # A value emptied by a missing variable would fail again: report the variable only.
+        errors.extend(err for err in _pydantic_errors(e) if not err[0].startswith(env_paths or ("\0",)))
+        config = None
+    errors.extend(_references(tree, user_policies))
+    if errors:
+        raise ConfigError(_unique(errors), source)
+    assert config is not None
+    return _with_default_policies(config)
+
+
+def _with_default_policies(config: Config) -> Config:
+    """A listener without ``policy`` uses its protocol's preset: say so in the effective config."""
+    listeners = [
+        lst if lst.policy is not None else lst.model_copy(update={"policy": PROTOCOL_PRESETS[lst.protocol]})
+        for lst in config.listeners
+    ]
+    return config.model_copy(update={"listeners": listeners})
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+def _wanted_policies(tree: dict[str, Any]) -> set[str]:
+    """Policy names that listeners and routes use, with each protocol's preset as the default."""
+    wanted: set[str] = set()
+    for lst in _listeners(tree):
+        name = lst.get("policy")
+        if name is None:
+            name = PROTOCOL_PRESETS.get(lst.get("protocol"))  # type: ignore[arg-type]
+        if isinstance(name, str):
+            wanted.add(name)
+        for route in _dicts(lst.get("routes")):
+            if isinstance(route.get("policy"), str):
+                wanted.add(route["policy"])
+        mp = lst.get("method_policies")
+        if isinstance(mp, dict):
+            wanted.update(v for v in mp.values() if isinstance(v, str))
+    return {w for w in wanted if w in PRESETS}
+
+
+def _listeners(tree: dict[str, Any]) -> list[dict[str, Any]]:
+    return _dicts(tree.get("listeners"))
+
+
+def _dicts(v: Any) -> list[dict[str, Any]]:
+    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
+
+
+def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:
+    errors: ErrorList = []
+    upstreams = tree.get("upstreams") if isinstance(tree.get("upstreams"), dict) else {}
+    policies = tree.get("policies") if isinstance(tree.get("policies"), dict) else {}
+    raw_listeners = tree.get("listeners") if isinstance(tree.get("listeners"), list) else []
+
+    def check_upstream(path: str, name: Any) -> None:
+        if isinstance(name, str) and name not in upstreams:
+            known = ", ".join(sorted(upstreams)) or "none defined"
+            errors.append((path, f"no upstream named {name!r} (upstreams: {known})"))
+
+    def check_policy(path: str, name: Any) -> None:
+        if isinstance(name, str) and name not in policies and name not in PRESETS:
+            defined = ", ".join(user_policies) or "none"
+            errors.append(
+                (path, f"no policy named {name!r} (defined: {defined}; presets: {', '.join(PRESETS)})")
+            )
+
+    names: dict[str, int] = {}
+    addresses: dict[str, str] = {}
+    for i, lst in enumerate(raw_listeners):
+        if not isinstance(lst, dict):
+            continue
+        base = f"listeners[{i}]"
+        check_upstream(f"{base}.upstream", lst.get("upstream"))
+        check_policy(f"{base}.policy", lst.get("policy"))
+        for j, route in enumerate(_dicts(lst.get("routes"))):
+            check_upstream(f"{base}.routes[{j}].upstream", route.get("upstream"))
+            check_policy(f"{base}.routes[{j}].policy", route.get("policy"))
+        mp = lst.get("method_policies")
+        if isinstance(mp, dict):
+            for key, pol in mp.items():
+                check_policy(join(f"{base}.method_policies", key), pol)
+        name = lst.get("name")
+        if isinstance(name, str):
+            if name in names:
+                errors.append(
+                    (f"{base}.name", f"duplicate listener name {name!r} (also listeners[{names[name]}])")
+                )
+            names.setdefault(name, i)
+        listen = lst.get("listen")
+        if isinstance(listen, str):
+            try:
+                _, port = split_host_port(listen)
+            except ValueError:
+                port = 0
+            if port and listen in addresses:
+                errors.append((f"{base}.listen", f"{listen} is already used by {addresses[listen]}"))
+            addresses.setdefault(listen, base)
+    admin = tree.get("admin")
+    if isinstance(admin, dict) and isinstance(admin.get("listen"), str) and admin["listen"] in addresses:
+        errors.append(("admin.listen", f"{admin['listen']} is already used by {addresses[admin['listen']]}"))
+    return errors
+
+
+_TAGS = {"http", "grpc", "mongodb"}
+
+
+def _pydantic_errors(e: ValidationError) -> ErrorList:
+    out: ErrorList = []
+    for err in e.errors(include_url=False):
+        loc = list(err["loc"])
+        # Drop the discriminator tag pydantic inserts for tagged unions (listeners[0].http.upstream).
+        cleaned: list[Any] = []
+        for k, part in enumerate(loc):
+            prev = loc[k - 1] if k else None
+            if part in _TAGS and (prev == "throttle" or (isinstance(prev, int) and "listeners" in loc[:k])):
+                continue
+            if isinstance(part, str) and part.startswith("function-"):
+                continue
+            cleaned.append(part)
+        path = ""
+        for part in cleaned:
+            path = join(path, part)
+        out.append((path, _message(err)))
+    return out
+
+
+def _message(err: dict[str, Any]) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "union_tag_invalid":
+        ctx = err.get("ctx", {})
+        return f"{ctx.get('discriminator', 'kind')} must be one of {ctx.get('expected_tags')}, not {ctx.get('tag')!r}"
+    if kind == "union_tag_not_found":
+        ctx = err.get("ctx", {})
+        return f"required key {ctx.get('discriminator', 'kind')} is missing"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    elif msg.startswith("Assertion failed, "):
+        msg = msg[len("Assertion failed, ") :]
+    return msg
+
+
+def _unique(errors: ErrorList) -> ErrorList:
+    seen: set[tuple[str, str]] = set()
+    out: ErrorList = []
+    for e in errors:
+        if e not in seen:
+            seen.add(e)
+            out.append(e)
+    return out

@@ -1,0 +1,279 @@
+"""The configuration file's shape (the user's contract: keep these names), validated by pydantic.
+
+Every model forbids unknown keys, so a typo is an error that names its path. Cross-references (a
+listener's upstream, a policy's name) are checked in ``loader.py``, which sees the whole file.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..policy.outcome import OutcomeClass
+from ..policy.spec import Jitter
+from .units import Duration, HostPort, OptionalDuration, Size
+
+GRPC_CODES = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)
+
+
+def grpc_code_name(value: object) -> str:
+    """A gRPC status code by name (any case) or number -> its canonical name."""
+    if isinstance(value, bool):
+        raise ValueError("expected a gRPC status code name or number")
+    if isinstance(value, int):
+        if 0 <= value < len(GRPC_CODES):
+            return GRPC_CODES[value]
+        raise ValueError(f"{value} is not a gRPC status code (0-16)")
+    if isinstance(value, str):
+        name = value.strip().upper()
+        if name.isdigit():
+            return grpc_code_name(int(name))
+        if name in GRPC_CODES:
+            return name
+    raise ValueError(f"{value!r} is not a gRPC status code (e.g. UNAVAILABLE or 14)")
+
+
+class Base(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+
+# -- policies ---------------------------------------------------------------------------------------
+class BackoffConfig(Base):
+    initial: Duration = 0.025
+    max: Duration = 1.0
+    multiplier: float = Field(2.0, ge=1.0)
+    jitter: Jitter = Jitter.FULL
+
+    @model_validator(mode="after")
+    def _order(self) -> BackoffConfig:
+        if self.initial > self.max:
+            raise ValueError("backoff.initial must not exceed backoff.max")
+        return self
+
+
+class GrpcThrottleConfig(Base):
+    kind: Literal["grpc"]
+    max_tokens: float = Field(10.0, gt=0, le=1000)
+    token_ratio: float = Field(0.1, gt=0)
+
+
+class MongoThrottleConfig(Base):
+    kind: Literal["mongodb"]
+    capacity: float = Field(1000.0, gt=0)
+    retry_cost: float = Field(1.0, gt=0)
+    return_rate: float = Field(0.1, ge=0)
+
+
+ThrottleConfig = Annotated[GrpcThrottleConfig | MongoThrottleConfig, Field(discriminator="kind")]
+
+
+class DeadlineConfig(Base):
+    default: OptionalDuration = 10.0
+    header: str = "X-YaTaxi-Client-TimeoutMs"
+    expired_status: int = Field(498, ge=100, le=599)
+
+
+class HedgingConfig(Base):
+    max_attempts: int = Field(3, ge=1, le=10)
+    delay: Duration = 0.05
+    non_fatal: list[OutcomeClass] | None = None  # default: the policy's retry_on
+
+    @field_validator("non_fatal")
+    @classmethod
+    def _no_success(cls, v: list[OutcomeClass] | None) -> list[OutcomeClass] | None:
+        if v and (OutcomeClass.SUCCESS in v or OutcomeClass.FATAL in v):
+            raise ValueError("non_fatal cannot contain success or fatal")
+        return v
+
+
+class PolicyConfig(Base):
+    """One named retry policy. The engine keys first, then the keys each protocol's classifier reads."""
+
+    max_attempts: int = Field(3, ge=1, le=100)
+    retry_on: list[OutcomeClass] = [
+        OutcomeClass.CONNECT_FAILURE,
+        OutcomeClass.RESET,
+        OutcomeClass.UNAVAILABLE,
+        OutcomeClass.OVERLOADED,
+    ]
+    backoff: BackoffConfig = BackoffConfig()
+    backoff_on: list[OutcomeClass] = [
+        OutcomeClass.CONNECT_FAILURE,
+        OutcomeClass.RESET,
+        OutcomeClass.UNAVAILABLE,
+        OutcomeClass.OVERLOADED,
+        OutcomeClass.TIMEOUT,
+    ]
+    per_try_timeout: OptionalDuration = 2.0
+    pushback: bool = True
+    throttle: ThrottleConfig | None = GrpcThrottleConfig(kind="grpc")
+    deadline: DeadlineConfig = DeadlineConfig()
+    hedging: HedgingConfig | None = None
+    transparent_retry: bool = False
+    deprioritize_overloaded: bool = True
+    replay_buffer: Size | None = None  # None: the protocol's default (HTTP 1 MiB, gRPC 256 KiB)
+    # HTTP classification
+    retryable_status: list[Annotated[int, Field(ge=100, le=599)]] = [502, 503, 504]
+    overload_status: list[Annotated[int, Field(ge=100, le=599)]] = [429, 503]
+    pushback_header: str | None = None
+    retry_non_idempotent: bool = False
+    # gRPC classification
+    retryable_codes: list[str] = ["UNAVAILABLE"]
+    overload_codes: list[str] = ["RESOURCE_EXHAUSTED"]
+    give_up_pushback: bool = True  # add grpc-retry-pushback-ms: -1 when the sidecar gives up
+    # MongoDB
+    final_error_labels: Literal["strip-retryable", "keep"] = "strip-retryable"
+
+    @field_validator("retry_on")
+    @classmethod
+    def _retryable_classes(cls, v: list[OutcomeClass]) -> list[OutcomeClass]:
+        if OutcomeClass.SUCCESS in v or OutcomeClass.FATAL in v:
+            raise ValueError("retry_on cannot contain success or fatal")
+        return v
+
+    @field_validator("retryable_codes", "overload_codes", mode="before")
+    @classmethod
+    def _grpc_codes(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [grpc_code_name(x) for x in v]
+        return v
+
+    @field_validator("per_try_timeout")
+    @classmethod
+    def _positive_try(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("per_try_timeout must be positive (or none)")
+        return v
+
+
+# -- upstreams --------------------------------------------------------------------------------------
+class TlsConfig(Base):
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    server_name: str | None = None
+    insecure_skip_verify: bool = False
+
+
+class AuthConfig(Base):
+    username: str
+    password: str = Field(json_schema_extra={"secret": True})
+    source: str = "admin"
+    mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-1"] = "SCRAM-SHA-256"
+
+
+class UpstreamConfig(Base):
+    endpoints: list[HostPort] = Field(min_length=1)
+    overload_cooldown: Duration = 5.0
+    connect_timeout: Duration = 2.0
+    max_connections: int = Field(256, ge=1)  # per endpoint
+    # MongoDB upstreams
+    replica_set: str | None = None
+    tls: TlsConfig | None = None
+    auth: AuthConfig | None = None
+
+
+# -- listeners --------------------------------------------------------------------------------------
+class ListenerBase(Base):
+    name: str = Field(min_length=1)
+    listen: HostPort
+    upstream: str
+    policy: str | None = None  # None: the protocol's preset (http-default, grpc-a6, mongodb-backpressure)
+
+
+class RouteMatch(Base):
+    path_prefix: str | None = None
+    host: str | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> RouteMatch:
+        if self.path_prefix is None and self.host is None:
+            raise ValueError("a route match needs path_prefix and/or host")
+        if self.path_prefix is not None and not self.path_prefix.startswith("/"):
+            raise ValueError("path_prefix must start with '/'")
+        return self
+
+
+class RouteConfig(Base):
+    match: RouteMatch
+    upstream: str | None = None  # None: the listener's
+    policy: str | None = None  # None: the listener's
+    retry_non_idempotent: bool | None = None
+
+
+class HttpListenerConfig(ListenerBase):
+    protocol: Literal["http"]
+    routes: list[RouteConfig] = []
+    retry_non_idempotent: bool = False
+    max_header_size: Size = 64 * 1024
+    idle_timeout: Duration = 60.0
+
+
+class GrpcListenerConfig(ListenerBase):
+    protocol: Literal["grpc"]
+    method_policies: dict[str, str] = {}
+    service_config: dict[str, Any] | str | None = None
+    max_message_size: Size = 4 * 1024 * 1024
+
+
+class MongoListenerConfig(ListenerBase):
+    protocol: Literal["mongodb"]
+    max_message_size: Size = 48 * 1000 * 1000
+
+
+ListenerConfig = Annotated[
+    HttpListenerConfig | GrpcListenerConfig | MongoListenerConfig, Field(discriminator="protocol")
+]
+PROTOCOL_PRESETS = {"http": "http-default", "grpc": "grpc-a6", "mongodb": "mongodb-backpressure"}
+
+
+# -- top level --------------------------------------------------------------------------------------
+class AdminConfig(Base):
+    listen: HostPort | None = "127.0.0.1:9901"
+
+
+class TracesConfig(Base):
+    exporter: Literal["none", "console", "otlp"] = "none"
+    endpoint: str | None = None
+    protocol: Literal["grpc", "http"] = "grpc"
+    sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
+
+
+class TelemetryConfig(Base):
+    service_name: str = "retry-sidecar"
+    traces: TracesConfig = TracesConfig()
+
+
+class ShutdownConfig(Base):
+    grace: Duration = 10.0
+
+
+class Config(Base):
+    admin: AdminConfig = AdminConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    shutdown: ShutdownConfig = ShutdownConfig()
+    policies: dict[str, PolicyConfig] = {}
+    upstreams: dict[str, UpstreamConfig] = {}
+    listeners: list[ListenerConfig] = []
+
+    def policy(self, name: str) -> PolicyConfig:
+        return self.policies[name]

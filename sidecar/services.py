@@ -1,0 +1,91 @@
+"""What every listener shares: compiled policies, upstream state (balancer, throttles), telemetry, randomness.
+
+Built once by the composition root (``app.py``) from a validated config. Adapters ask it for a policy by
+name and for a new engine ``Call`` bound to an upstream's shared balancer and retry budget.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+from .config import Config, PolicyConfig, UpstreamConfig, retry_policy
+from .policy import Call, OutcomeClass, RetryPolicy, Throttle, ThrottleSpec, make_throttle
+from .telemetry import Telemetry
+from .upstream.balancer import Balancer
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledPolicy:
+    """A named policy: the engine's part, and the whole config (protocol classifiers read their keys)."""
+
+    name: str
+    engine: RetryPolicy
+    config: PolicyConfig
+
+
+class UpstreamRuntime:
+    """One upstream's shared state: its endpoints' balancer and one retry budget per throttle setting."""
+
+    def __init__(self, name: str, config: UpstreamConfig, telemetry: Telemetry) -> None:
+        self.name = name
+        self.config = config
+        self.balancer = Balancer(config.endpoints, cooldown=config.overload_cooldown)
+        self._telemetry = telemetry
+        self._throttles: dict[ThrottleSpec, Throttle] = {}
+
+    def throttle(self, spec: ThrottleSpec | None) -> Throttle | None:
+        if spec is None:
+            return None
+        bucket = self._throttles.get(spec)
+        if bucket is None:
+            bucket = self._throttles[spec] = make_throttle(spec)
+            self._telemetry.metrics.watch_throttle(self.name, spec.kind.value, bucket)
+        return bucket
+
+
+class Services:
+    def __init__(
+        self,
+        config: Config,
+        telemetry: Telemetry,
+        rand: Callable[[], float] | None = None,
+    ) -> None:
+        self.config = config
+        self.telemetry = telemetry
+        self.rand = rand if rand is not None else random.Random().random
+        self.policies = {
+            name: CompiledPolicy(name, retry_policy(name, pc), pc) for name, pc in config.policies.items()
+        }
+        self.upstreams = {name: UpstreamRuntime(name, uc, telemetry) for name, uc in config.upstreams.items()}
+
+    def policy(self, name: str) -> CompiledPolicy:
+        return self.policies[name]
+
+    def upstream(self, name: str) -> UpstreamRuntime:
+        return self.upstreams[name]
+
+    def new_call(
+        self,
+        policy: CompiledPolicy,
+        upstream: UpstreamRuntime,
+        *,
+        deadline: float,
+        candidates: Sequence[str] | None = None,
+        retry_on: Collection[OutcomeClass] | None = None,
+        max_attempts: int | None = None,
+        replayable: bool = True,
+    ) -> Call:
+        engine = policy.engine
+        return Call(
+            engine,
+            picker=upstream.balancer,
+            rand=self.rand,
+            deadline=deadline,
+            throttle=upstream.throttle(engine.throttle),
+            candidates=candidates,
+            retry_on=retry_on,
+            max_attempts=max_attempts,
+            replayable=replayable,
+        )

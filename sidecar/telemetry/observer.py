@@ -1,0 +1,242 @@
+"""Turns the runtime's events into spans and metrics. It observes; it never steers.
+
+``Telemetry.request(...)`` gives an adapter one :class:`RequestObserver` per incoming request: the runtime
+reports attempts, decisions and the finish to it; the adapter adds protocol attributes and ends it once
+the response is complete. One request span (kind SERVER), one child span per attempt (kind CLIENT), named
+and attributed after the OpenTelemetry semantic conventions of the protocol; ``sidecar.*`` attributes carry
+the engine's view (attempt, endpoint, outcome class, decision reason, backoff, hedge, deadline remaining).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import trace as ot
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from ..config.schema import TelemetryConfig
+from ..policy import CancelAttempt, Decision, Finish, Outcome, OutcomeClass, Reason, SendAttempt
+from ..policy.reasons import GIVE_UPS
+from .metrics import Meters, Metrics
+from .tracing import PROPAGATOR, make_provider, tracer
+
+_EMPTY: Mapping[str, str] = {}
+_RETRIES = (Reason.RETRY, Reason.TRANSPARENT_RETRY)
+
+
+class Telemetry:
+    def __init__(
+        self,
+        cfg: TelemetryConfig | None = None,
+        *,
+        metrics: Metrics | None = None,
+        span_exporter: SpanExporter | None = None,
+    ) -> None:
+        self.cfg = cfg or TelemetryConfig()
+        self.metrics = metrics or Metrics()
+        self.provider: TracerProvider | None = make_provider(self.cfg, span_exporter)
+        self.tracer = tracer(self.provider)
+
+    def request(
+        self,
+        *,
+        listener: str,
+        upstream: str,
+        protocol: str,
+        name: str,
+        attributes: Mapping[str, Any] | None = None,
+        parent: Mapping[str, str] | None = None,
+        attempt_name: str | None = None,
+    ) -> RequestObserver:
+        """Start observing one request. ``name`` is the request span's name (``GET``, ``pkg.Svc/Method``,
+        ``find orders``); ``parent`` the incoming headers/metadata carrying the caller's trace context."""
+        return RequestObserver(self, listener, upstream, protocol, name, attributes, parent, attempt_name)
+
+    def shutdown(self) -> None:
+        if self.provider is not None:
+            self.provider.shutdown()
+
+
+class RequestObserver:
+    __slots__ = (
+        "t",
+        "meters",
+        "protocol",
+        "span",
+        "attempt_name",
+        "attempt_attrs",
+        "attempt_spans",
+        "started",
+        "last_delay",
+        "ended",
+        "reason",
+    )
+
+    def __init__(
+        self,
+        t: Telemetry,
+        listener: str,
+        upstream: str,
+        protocol: str,
+        name: str,
+        attributes: Mapping[str, Any] | None,
+        parent: Mapping[str, str] | None,
+        attempt_name: str | None,
+    ) -> None:
+        self.t = t
+        self.meters: Meters = t.metrics.meters(listener, upstream)
+        self.meters.inflight.inc()
+        self.protocol = protocol
+        self.started = time.perf_counter()
+        self.last_delay = 0.0
+        self.ended = False
+        self.reason: Reason | None = None
+        self.attempt_spans: dict[int, Any] = {}
+        self.attempt_attrs: dict[str, Any] = dict(attributes) if attributes else {}
+        self.attempt_name = attempt_name or name
+        self.span = None
+        if t.tracer is not None:
+            ctx = PROPAGATOR.extract(parent) if parent else None
+            attrs = dict(self.attempt_attrs)
+            attrs["sidecar.listener"] = listener
+            attrs["sidecar.upstream"] = upstream
+            self.span = t.tracer.start_span(name, context=ctx, kind=SpanKind.SERVER, attributes=attrs)
+
+    # -- what adapters call ---------------------------------------------------------------------------
+    def set_attribute(self, key: str, value: Any) -> None:
+        if self.span is not None:
+            self.span.set_attribute(key, value)
+
+    def set_attempt_attribute(self, attempt: int, key: str, value: Any) -> None:
+        span = self.attempt_spans.get(attempt)
+        if span is not None:
+            span.set_attribute(key, value)
+
+    def deadline_received(self, timeout_s: float) -> None:
+        self.meters.deadline_received.inc()
+        if self.span is not None:
+            self.span.set_attribute("deadline_received_ms", int(timeout_s * 1000))
+
+    def buffer_exceeded(self) -> None:
+        self.meters.buffer_exceeded.inc()
+        if self.span is not None:
+            self.span.set_attribute("sidecar.buffer_exceeded", True)
+            self.span.set_attribute("sidecar.decision.reason", Reason.BUFFER_EXCEEDED.value)
+
+    def end(self, error: str | None = None) -> None:
+        """The response is complete (or broke off with ``error``). Idempotent."""
+        if self.ended:
+            return
+        self.ended = True
+        self.meters.inflight.dec()
+        self.meters.duration.observe(time.perf_counter() - self.started)
+        for span in self.attempt_spans.values():
+            span.end()
+        self.attempt_spans.clear()
+        if self.span is not None:
+            if error is not None:
+                self.span.set_status(Status(StatusCode.ERROR, error))
+            self.span.end()
+
+    def __enter__(self) -> RequestObserver:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:  # noqa: ANN001
+        self.end(None if exc is None else f"{type(exc).__name__}: {exc}")
+
+    # -- what the runtime calls (sidecar.runtime.CallObserver) ---------------------------------------
+    def attempt_started(self, cmd: SendAttempt) -> Mapping[str, str]:
+        if cmd.hedge:
+            self.meters.hedges.inc()
+        tracer = self.t.tracer
+        if tracer is None or self.span is None:
+            return _EMPTY
+        attrs = dict(self.attempt_attrs)
+        attrs["sidecar.attempt"] = cmd.attempt
+        attrs["sidecar.endpoint"] = cmd.endpoint
+        host, _, port = cmd.endpoint.rpartition(":")
+        attrs["server.address"] = host.strip("[]")
+        if port.isdigit():
+            attrs["server.port"] = int(port)
+        if cmd.hedge:
+            attrs["sidecar.hedge"] = cmd.hedge
+        if math.isfinite(cmd.timeout):
+            attrs["sidecar.deadline_remaining_ms"] = int(cmd.timeout * 1000)
+        if self.last_delay:
+            attrs["sidecar.backoff_waited_ms"] = round(self.last_delay * 1000, 3)
+        if self.protocol == "http" and cmd.attempt > 1:
+            attrs["http.request.resend_count"] = cmd.attempt - 1
+        span = tracer.start_span(
+            self.attempt_name,
+            context=ot.set_span_in_context(self.span),
+            kind=SpanKind.CLIENT,
+            attributes=attrs,
+        )
+        self.attempt_spans[cmd.attempt] = span
+        carrier: dict[str, str] = {}
+        PROPAGATOR.inject(carrier, context=ot.set_span_in_context(span))
+        return carrier
+
+    def attempt_ended(self, attempt: int, outcome: Outcome) -> None:
+        self.meters.attempt(outcome.cls.value)
+        span = self.attempt_spans.get(attempt)
+        if span is not None:
+            span.set_attribute("sidecar.outcome", outcome.cls.value)
+            if outcome.detail:
+                span.set_attribute("sidecar.outcome.detail", outcome.detail)
+            if outcome.pushback is not None:
+                pb = outcome.pushback.delay
+                span.set_attribute("sidecar.pushback_ms", -1 if pb is None else round(pb * 1000, 3))
+            if outcome.cls is not OutcomeClass.SUCCESS:
+                span.set_status(Status(StatusCode.ERROR, outcome.detail or outcome.cls.value))
+
+    def attempt_cancelled(self, cmd: CancelAttempt) -> None:
+        if cmd.reason is Reason.DEADLINE:
+            self.meters.cancelled_by_deadline.inc()
+        if cmd.reason is Reason.PER_TRY_TIMEOUT:
+            self.meters.attempt(OutcomeClass.TIMEOUT.value)  # its Decision follows
+        else:
+            self.meters.attempt("cancelled")
+        span = self.attempt_spans.get(cmd.attempt)
+        if span is None:
+            return
+        span.set_attribute("sidecar.cancelled", cmd.reason.value)
+        if cmd.reason is Reason.PER_TRY_TIMEOUT:
+            span.set_attribute("sidecar.outcome", OutcomeClass.TIMEOUT.value)
+            span.set_status(Status(StatusCode.ERROR, "per-try timeout"))
+        else:
+            del self.attempt_spans[cmd.attempt]
+            span.end()
+
+    def decision(self, d: Decision) -> None:
+        if d.reason in _RETRIES:
+            self.meters.retry(d.outcome.value)
+        self.last_delay = d.delay
+        span = self.attempt_spans.pop(d.attempt, None)
+        if span is not None:
+            span.set_attribute("sidecar.decision.reason", d.reason.value)
+            if d.delay:
+                span.set_attribute("sidecar.backoff_ms", round(d.delay * 1000, 3))
+            span.end()
+
+    def finished(self, f: Finish) -> None:
+        reason = f.reason
+        self.reason = reason
+        m = self.meters
+        m.request(reason.value)
+        if reason in GIVE_UPS:
+            m.give_up(reason.value)
+        if reason is Reason.THROTTLED:
+            m.throttled.inc()
+        elif reason is Reason.DEADLINE:
+            m.deadline_expired.inc()
+        if self.span is not None:
+            self.span.set_attribute("sidecar.attempts", f.attempts)
+            self.span.set_attribute("sidecar.decision.reason", reason.value)
+            if reason is Reason.DEADLINE:
+                self.span.set_attribute("cancelled_by_deadline", 1)

@@ -1,0 +1,50 @@
+"""The ``sidecar`` command as a user runs it: a real process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SIDECAR = [sys.executable, "-m", "sidecar"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SIDECAR, *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def test_version() -> None:
+    r = run("version")
+    assert r.returncode == 0 and r.stdout.startswith("retry-sidecar ")
+
+
+def test_check_prints_the_effective_config() -> None:
+    r = run("check", "-c", "config.example.yaml")
+    assert r.returncode == 0, r.stderr
+    assert "policies:" in r.stdout and "retryable_status: [502, 503, 504]" in r.stdout
+
+
+def test_check_lists_every_error_and_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "upstreams:\n  orders: {endpoints: ['127.0.0.1:1']}\n"
+        "policies:\n  p: {max_attempts: zero}\n"
+        "listeners:\n  - {name: a, protocol: http, listen: '127.0.0.1:2', upstream: ordrs, policy: p}\n"
+    )
+    r = run("check", "-c", str(bad))
+    assert r.returncode == 2
+    assert "listeners[0].upstream: no upstream named 'ordrs'" in r.stderr
+    assert "policies.p.max_attempts:" in r.stderr
+
+
+def test_run_with_a_broken_config_exits_2_without_starting(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("listeners: [{name: a}]\n")
+    r = run("run", "-c", str(bad))
+    assert r.returncode == 2 and "listeners[0]" in r.stderr
+
+
+def test_missing_file_is_a_clear_error() -> None:
+    r = run("check", "-c", "/nonexistent/sidecar.yaml")
+    assert r.returncode == 2 and "cannot read" in r.stderr
