@@ -1,0 +1,134 @@
+"""One attempt over HTTP (the runtime's ``Attempter``): take a pooled connection, send the request with
+this attempt's headers, classify the response head.
+
+Every attempt carries ``x-sidecar-attempt: N`` (N from 1), the trace context of its own span, and the
+deadline header rewritten to what this attempt may take, measured when the request is written: never
+more than what remains. A reused keep-alive connection that the upstream had closed (no response byte) is
+replaced once, within the attempt, when the request may be sent again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING
+
+from ...policy import Outcome, OutcomeClass, SendAttempt, deadline
+from ...runtime import AttemptContext, AttemptResult
+from ...telemetry import RequestObserver
+from .classify import CONNECT_FAILURE, CONNECT_TIMEOUT
+from .client import ConnectFailed, UpstreamConnection, UpstreamGone
+from .plan import Plan
+from .request import IncomingRequest
+from .response import UpstreamResponse
+
+if TYPE_CHECKING:
+    import asyncio
+
+C = OutcomeClass
+NO_TIME_LEFT = Outcome(C.TIMEOUT, detail="no time left to send")
+timeout_ms = deadline.timeout_ms
+
+
+class Attempter:
+    __slots__ = ("loop", "plan", "req", "obs", "base", "name_endpoint", "ctx", "overflowed", "resend_ok")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        plan: Plan,
+        req: IncomingRequest,
+        obs: RequestObserver,
+        base: bytes,
+        name_endpoint: bool,
+        resend_ok: bool,
+    ) -> None:
+        """``base``: the request head without the per-attempt lines and the final blank line;
+        ``name_endpoint``: ``base`` has no Host header, each attempt names its endpoint."""
+        self.loop = loop
+        self.plan = plan
+        self.req = req
+        self.obs = obs
+        self.base = base
+        self.name_endpoint = name_endpoint
+        self.ctx: AttemptContext | None = None
+        self.overflowed = False
+        self.resend_ok = resend_ok
+        if req.body is not None:
+            req.body.on_overflow = self.body_overflowed
+
+    def body_overflowed(self) -> None:
+        """The body outgrew the replay buffer: this attempt is the last."""
+        self.overflowed = True
+        self.obs.buffer_exceeded()
+        if self.ctx is not None:
+            self.ctx.buffer_exceeded()
+
+    async def send(self, cmd: SendAttempt, ctx: AttemptContext) -> AttemptResult:
+        if self.ctx is None and self.overflowed:
+            ctx.buffer_exceeded()
+        self.ctx = ctx
+        expires = self.loop.time() + cmd.timeout
+        pool = self.plan.pool(cmd.endpoint)
+        try:
+            conn, reused = await pool.acquire()
+        except ConnectFailed as e:
+            return AttemptResult(_connect_failed(e))
+        try:
+            resp = await self._exchange(conn, cmd, ctx, expires)
+        except UpstreamGone as e:
+            conn.abort()
+            if not (reused and not e.got_bytes and self.resend_ok and self._replayable()):
+                return AttemptResult(Outcome(C.RESET, detail=e.detail))
+            try:  # the pooled connection had gone stale: once more on a new one
+                conn = await pool.connect()
+            except ConnectFailed as e2:
+                return AttemptResult(_connect_failed(e2))
+            try:
+                resp = await self._exchange(conn, cmd, ctx, expires)
+            except UpstreamGone as e3:
+                conn.abort()
+                return AttemptResult(Outcome(C.RESET, detail=e3.detail))
+            except BaseException:
+                conn.abort()
+                raise
+        except BaseException:
+            conn.abort()
+            raise
+        if resp is None:
+            conn.release()
+            return AttemptResult(NO_TIME_LEFT)
+        status = resp.status
+        self.obs.set_attempt_attribute(cmd.attempt, "http.response.status_code", status)
+        outcome = self.plan.classifier.response(status, resp.headers, time.time())
+        return AttemptResult(outcome, resp)
+
+    def discard(self, payload: UpstreamResponse) -> None:
+        payload.conn.release()
+
+    def _replayable(self) -> bool:
+        body = self.req.body
+        return body is None or (body.replayable and not body.dropped)
+
+    async def _exchange(
+        self, conn: UpstreamConnection, cmd: SendAttempt, ctx: AttemptContext, expires: float
+    ) -> UpstreamResponse | None:
+        lines = [self.base]
+        if self.name_endpoint:
+            lines.append(b"Host: %s\r\n" % cmd.endpoint.encode("latin-1"))
+        lines.append(b"x-sidecar-attempt: %d\r\n" % cmd.attempt)
+        if math.isfinite(expires):
+            ms = timeout_ms(expires - self.loop.time())
+            if ms <= 0:
+                return None
+            lines.append(self.plan.deadline_name + b": %d\r\n" % ms)
+        for name, value in ctx.headers.items():
+            lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")))
+        lines.append(b"\r\n")
+        req = self.req
+        return await conn.start(b"".join(lines), req.body, req.head_request, cmd.attempt)
+
+
+def _connect_failed(e: ConnectFailed) -> Outcome:
+    base = CONNECT_TIMEOUT if e.timeout else CONNECT_FAILURE
+    return Outcome(base.cls, detail=e.detail)
