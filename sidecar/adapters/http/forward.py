@@ -167,9 +167,12 @@ class Forwarder:
             raise
         finish = delivery.finish
         resp: UpstreamResponse | None = delivery.payload
-        if finish.reason is Reason.DEADLINE or resp is None:
-            if resp is not None:
-                attempter.discard(resp)
+        expired = finish.outcome is not None and finish.outcome.deadline_expired
+        if resp is not None and (finish.reason is Reason.DEADLINE or expired):
+            # Nobody waits for it any more, or the upstream said it ran out of time: never a body to pass on.
+            attempter.discard(resp)
+            resp = None
+        if resp is None:
             answer = answers.for_finish(finish, plan.expired_status)
             if answer is not None:
                 self._answer(req, conn, answer)
