@@ -105,12 +105,10 @@ class ServerConnection(asyncio.Protocol):
             self._refuse(400, f"malformed request: {e}")
 
     def eof_received(self) -> bool:
-        # The client will send no more: answer what is complete, then close.
+        # Like nginx, an end of input while a request is unanswered means the client gave up (a client
+        # that half-closes and still waits for its answer is rare, and indistinguishable from one gone).
         self.closing = True
-        if self.current is not None:  # a request cut short: nobody can complete it
-            self._abort()
-            return False
-        return self.task is not None
+        return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -60,7 +60,9 @@ class Sidecar:
 
 
 @asynccontextmanager
-async def sidecar(cfg: dict[str, Any], rand: Callable[[], float] = lambda: 0.0, **kw: Any) -> AsyncIterator[Sidecar]:
+async def sidecar(
+    cfg: dict[str, Any], rand: Callable[[], float] = lambda: 0.0, **kw: Any
+) -> AsyncIterator[Sidecar]:
     async with App(load_dict(cfg, {}), rand=rand, **kw) as app:
         yield Sidecar(app)
 

@@ -43,9 +43,11 @@ async def test_deadline_expiring_during_a_slow_attempt_answers_498_and_cancels_i
 
 async def test_expired_status_is_configurable(client, upstream) -> None:
     upstream.then(Fault(hang=True))
-    async with sidecar(config([upstream.endpoint], {"deadline": {"expired_status": 504}})) as sc:
-        async with client.get(sc.url + "/", headers={DL: "100"}) as r:
-            assert r.status == 504 and r.headers["X-YaTaxi-Deadline-Expired"] == "1"
+    async with (
+        sidecar(config([upstream.endpoint], {"deadline": {"expired_status": 504}})) as sc,
+        client.get(sc.url + "/", headers={DL: "100"}) as r,
+    ):
+        assert r.status == 504 and r.headers["X-YaTaxi-Deadline-Expired"] == "1"
 
 
 async def test_upstream_deadline_expired_with_the_whole_deadline_ends_the_request(client, upstream) -> None:
@@ -67,11 +69,13 @@ async def test_upstream_deadline_expired_without_the_whole_deadline_is_a_timeout
         assert upstream.hits == 3
         assert sc.metric("sidecar_retries_total", outcome="timeout") == 2
     upstream.then(Fault(deadline_expired=True, body=b"secret"))
-    async with sidecar(config([upstream.endpoint], {"per_try_timeout": "1s"})) as sc:
-        async with client.get(sc.url + "/", headers={DL: "5000"}) as r:  # timeout not retryable here
-            assert r.status == 504
-            text = await r.text()
-            assert "timed out" in text and "secret" not in text  # never the upstream's body
+    async with (
+        sidecar(config([upstream.endpoint], {"per_try_timeout": "1s"})) as sc,
+        client.get(sc.url + "/", headers={DL: "5000"}) as r,
+    ):  # timeout not retryable here
+        assert r.status == 504
+        text = await r.text()
+        assert "timed out" in text and "secret" not in text  # never the upstream's body
 
 
 async def test_rewritten_timeout_header_is_never_more_than_what_remains(client, upstream) -> None:

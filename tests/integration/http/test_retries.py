@@ -67,7 +67,10 @@ async def test_post_is_retried_after_a_connect_failure(client, upstream) -> None
 
 async def test_route_may_allow_retrying_non_idempotent_methods(client, upstream) -> None:
     upstream.fail_next(1, 503)
-    cfg = config([upstream.endpoint], listener={"routes": [{"match": {"path_prefix": "/jobs"}, "retry_non_idempotent": True}]})
+    cfg = config(
+        [upstream.endpoint],
+        listener={"routes": [{"match": {"path_prefix": "/jobs"}, "retry_non_idempotent": True}]},
+    )
     async with sidecar(cfg) as sc:
         async with client.post(sc.url + "/jobs/1", data=b"x") as r:
             assert r.status == 200
@@ -76,10 +79,9 @@ async def test_route_may_allow_retrying_non_idempotent_methods(client, upstream)
 
 async def test_no_upstream_reachable_is_502_naming_the_reason(client) -> None:
     cfg = config([f"127.0.0.1:{unused_port()}"])
-    async with sidecar(cfg) as sc:
-        async with client.get(sc.url + "/") as r:
-            assert r.status == 502
-            assert "connect failure after 3 attempts" in await r.text()
+    async with sidecar(cfg) as sc, client.get(sc.url + "/") as r:
+        assert r.status == 502
+        assert "connect failure after 3 attempts" in await r.text()
 
 
 async def test_a_reset_before_the_response_is_retried(client, upstream) -> None:
@@ -93,9 +95,8 @@ async def test_a_reset_before_the_response_is_retried(client, upstream) -> None:
 
 async def test_retry_after_is_honoured(client, upstream) -> None:
     upstream.fail_next(1, 503, retry_after="1")
-    async with sidecar(config([upstream.endpoint])) as sc:
-        async with client.get(sc.url + "/") as r:
-            assert r.status == 200
+    async with sidecar(config([upstream.endpoint])) as sc, client.get(sc.url + "/") as r:
+        assert r.status == 200
     first, second = upstream.received
     assert second.at - first.at >= 1.0  # the upstream saw the gap it asked for
 
