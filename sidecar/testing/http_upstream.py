@@ -66,7 +66,7 @@ class FaultyUpstream:
     slow_fraction: float = 0.0
     slow_factor: float = 50.0
     fail_rate: float = 0.0
-    fail: Fault = field(default_factory=Fault)
+    fail: Fault | tuple[Fault, ...] = field(default_factory=Fault)  # one is drawn per failure
     body: bytes = b"ok\n"
     seed: int = 1
     keep_records: bool = True
@@ -148,7 +148,7 @@ class FaultyUpstream:
         if self.script:
             return self.script.popleft()
         if self.fail_rate and self.rand.random() < self.fail_rate:
-            return self.fail
+            return self.fail if isinstance(self.fail, Fault) else self.rand.choice(self.fail)
         return None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
