@@ -56,6 +56,7 @@ class Seen:
     answered: int | None = None  # the status sent, None when none was (reset, client gone)
     cancelled: bool = False  # the client went away before the answer
     reset: bool = False  # the upstream reset the connection (scripted)
+    peer: int = 0  # the client's port: requests over one kept-alive connection share it
 
 
 @dataclass
@@ -163,6 +164,8 @@ class FaultyUpstream:
             loop.time(),
         )
         if self.keep_records:
+            peer = request.transport.get_extra_info("peername") if request.transport else None
+            seen.peer = peer[1] if peer else 0
             self.received.append(seen)
         self.hits += 1
         self._notify()

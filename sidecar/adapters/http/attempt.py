@@ -77,7 +77,6 @@ class Attempter:
         try:
             resp = await self._exchange(conn, cmd, ctx, expires)
         except UpstreamGone as e:
-            conn.abort()
             if not (reused and not e.got_bytes and self.resend_ok and self._replayable()):
                 return AttemptResult(Outcome(C.RESET, detail=e.detail))
             try:  # the pooled connection had gone stale: once more on a new one
@@ -87,16 +86,9 @@ class Attempter:
             try:
                 resp = await self._exchange(conn, cmd, ctx, expires)
             except UpstreamGone as e3:
-                conn.abort()
                 return AttemptResult(Outcome(C.RESET, detail=e3.detail))
-            except BaseException:
-                conn.abort()
-                raise
-        except BaseException:
-            conn.abort()
-            raise
         if resp is None:
-            conn.release()
+            pool.release(conn)
             return AttemptResult(NO_TIME_LEFT)
         status = resp.status
         self.obs.set_attempt_attribute(cmd.attempt, "http.response.status_code", status)
@@ -104,7 +96,7 @@ class Attempter:
         return AttemptResult(outcome, resp)
 
     def discard(self, payload: UpstreamResponse) -> None:
-        payload.conn.release()
+        payload.release()
 
     def _replayable(self) -> bool:
         body = self.req.body
@@ -126,7 +118,16 @@ class Attempter:
             lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")))
         lines.append(b"\r\n")
         req = self.req
-        return await conn.start(b"".join(lines), req.body, req.head_request, cmd.attempt)
+        try:
+            waiter = conn.start(b"".join(lines), req.body, req.head_request, cmd.attempt)
+        except BaseException:
+            conn.abort()
+            raise
+        try:
+            return await waiter
+        except BaseException:  # broken, cancelled (per-try timeout, deadline, hedge lost, client gone)
+            conn.abandon(waiter)
+            raise
 
 
 def _connect_failed(e: ConnectFailed) -> Outcome:

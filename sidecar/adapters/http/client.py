@@ -62,6 +62,7 @@ class UpstreamConnection(asyncio.Protocol):
         "attempt",
         "reading_paused",
         "last_activity",
+        "keep_alive",
     )
 
     def __init__(self, pool: Pool) -> None:
@@ -84,6 +85,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.cork: list[bytes] | None = None
         self.attempt = 0
         self.reading_paused = False
+        self.keep_alive = False  # the upstream's word on the last response (llhttp forgets it once done)
 
     # -- the exchange --------------------------------------------------------------------------------
     def start(
@@ -116,6 +118,8 @@ class UpstreamConnection(asyncio.Protocol):
 
     def release(self) -> None:
         """The owner is done with this exchange: back to the pool if it ended cleanly, else closed."""
+        if self.waiter is None:
+            return  # the exchange already ended and the connection went back by itself
         r = self.response
         reusable = (
             not self.closed
@@ -123,7 +127,7 @@ class UpstreamConnection(asyncio.Protocol):
             and r is not None
             and r.complete
             and r.error is None
-            and self.parser.should_keep_alive()
+            and self.keep_alive
         )
         self._detach_body()
         self.response = None
@@ -135,6 +139,22 @@ class UpstreamConnection(asyncio.Protocol):
             self.pool.release(self)
         else:
             self.abort()
+
+    def abandon(self, waiter: asyncio.Future[UpstreamResponse]) -> None:
+        """The attempt that sent ``waiter``'s request gives up: drop the connection if it still serves it."""
+        if self.waiter is waiter:
+            self.abort()
+
+    def _exchange_over(self) -> None:
+        """Request sent and response complete: a clean exchange needs nobody to hand the connection back."""
+        r = self.response
+        if r is None or not self.request_done or not self.keep_alive or self.closed or r.error is not None:
+            return
+        r.conn = None
+        self.response = None
+        self.waiter = None
+        self.body = None
+        self.pool.release(self)
 
     def abort(self) -> None:
         """Drop the connection now (a cancelled attempt, a broken exchange)."""
@@ -168,6 +188,9 @@ class UpstreamConnection(asyncio.Protocol):
                 self.transport.write(b"0\r\n\r\n")  # type: ignore[union-attr]
         self.request_done = True
         self.body = None
+        r = self.response
+        if r is not None and r.complete:
+            self._exchange_over()
 
     # -- flow control ----------------------------------------------------------------------------------
     def pause_writing(self) -> None:
@@ -250,6 +273,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.informational = True  # 100 Continue, 103 Early Hints: not forwarded
             return
         self.informational = False
+        self.keep_alive = self.parser.should_keep_alive()
         length: int | None = None
         chunked = False
         for name, value in self.headers:
@@ -269,6 +293,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self.head_request:
             # llhttp would wait for Content-Length bytes that never come after HEAD: use a new parser next time.
             self.parser_dirty = True
+            self._exchange_over()
 
     def on_body(self, body: bytes) -> None:
         r = self.response
@@ -283,8 +308,10 @@ class UpstreamConnection(asyncio.Protocol):
             self.informational = False
             return
         r = self.response
-        if r is not None and not r.complete:
-            r.finished()
+        if r is not None:
+            if not r.complete:
+                r.finished()
+            self._exchange_over()
 
 
 class Pool:

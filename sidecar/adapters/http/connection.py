@@ -126,12 +126,12 @@ class ServerConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         self.write_paused = True
         if self.streaming is not None:
-            self.streaming.conn.pause_reading()
+            self.streaming.pause_upstream()
 
     def resume_writing(self) -> None:
         self.write_paused = False
         if self.streaming is not None:
-            self.streaming.conn.resume_reading()
+            self.streaming.resume_upstream()
 
     # -- httptools callbacks ---------------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -307,9 +307,9 @@ class ServerConnection(asyncio.Protocol):
             return fut
         resp.pipe = self
         if self.write_paused:
-            resp.conn.pause_reading()
+            resp.pause_upstream()
         else:
-            resp.conn.resume_reading()
+            resp.resume_upstream()
         return fut
 
     def data(self, chunk: bytes) -> None:

@@ -183,7 +183,7 @@ class Forwarder:
         try:
             ok = await self._deliver(req, conn, resp)
         except BaseException:
-            resp.conn.abort()
+            resp.abort()
             obs.end("client went away")
             raise
         obs.end(None if ok else "upstream response broke off")
@@ -212,7 +212,7 @@ class Forwarder:
             conn.closing = True
         if not with_body:
             conn.write(b"".join(lines))
-            resp.conn.release()
+            resp.release()
             return True
         for chunk in resp.take_held():
             if chunked:
@@ -223,14 +223,14 @@ class Forwarder:
             if chunked and resp.complete:
                 lines.append(b"0\r\n\r\n")
             conn.write(b"".join(lines))
-            resp.conn.release()
+            resp.release()
             if resp.error is not None:
                 conn.close()
                 return False
             return True
         conn.write(b"".join(lines))
         ok = await conn.stream(resp, chunked)
-        resp.conn.release()
+        resp.release()
         if not ok:
             conn.close()
         return ok

@@ -63,7 +63,9 @@ class UpstreamResponse:
         self.complete = no_body
         self.error: str | None = None
         self.pipe: Pipe | None = None
-        self.conn = conn
+        self.conn: UpstreamConnection | None = (
+            conn  # None once the exchange ended and the connection went back
+        )
         self.attempt = attempt
 
     @property
@@ -90,6 +92,25 @@ class UpstreamResponse:
             self.pipe.abort(why)
 
     # -- from the exchange ---------------------------------------------------------------------------
+    def release(self) -> None:
+        """Done with this response: its connection goes back to the pool if the exchange ended cleanly."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.release()
+
+    def abort(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.abort()
+
+    def pause_upstream(self) -> None:
+        if self.conn is not None:
+            self.conn.pause_reading()
+
+    def resume_upstream(self) -> None:
+        if self.conn is not None:
+            self.conn.resume_reading()
+
     def take_held(self) -> list[bytes]:
         chunks, self.chunks, self.held = self.chunks, [], 0
         return chunks

@@ -176,6 +176,22 @@ async def test_client_going_away_cancels_the_upstream_request(upstream) -> None:
         assert sc.requests(Reason.CANCELLED) == 1
 
 
+async def test_upstream_connections_are_kept_alive_and_reused(client, upstream) -> None:
+    upstream.then(Fault(503), Fault(404), Fault(204, body=b""))
+    async with sidecar(config([upstream.endpoint])) as sc:
+        for path in ("/a", "/b", "/c", "/d"):  # a retried 503, a 404, a 204, a 200
+            async with client.get(sc.url + path) as r:
+                await r.read()
+        async with client.head(sc.url + "/bytes/10") as r:
+            assert r.status == 200
+        async with client.get(sc.url + "/bytes/100000?chunked=1") as r:
+            assert len(await r.read()) == 100000
+        async with client.get(sc.url + "/e") as r:
+            assert r.status == 200
+    assert upstream.hits == 8
+    assert len({s.peer for s in upstream.received}) == 1  # one upstream connection carried them all
+
+
 async def test_many_concurrent_clients(upstream) -> None:
     async with sidecar(config([upstream.endpoint])) as sc:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=50)) as s:
