@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -120,12 +120,15 @@ class Delivery:
     payload: Any = None
 
 
-async def drive(call: Call, attempter: Attempter, observer: CallObserver = NULL_OBSERVER) -> Delivery:
-    """Run ``call`` to its ``Finish``. Cancelling the awaiting task (client gone) cancels the attempts."""
+def drive(
+    call: Call, attempter: Attempter, observer: CallObserver = NULL_OBSERVER
+) -> Coroutine[Any, Any, Delivery]:
+    """Run ``call`` to its ``Finish`` (``await drive(...)``). Cancelling the awaiting task (client gone)
+    cancels the attempts. A plain function returning the driver's coroutine: one frame less per request."""
     driver = _Driver(call, attempter, observer, asyncio.get_running_loop())
     if call.hedging is None:
-        return await driver.run_inline()
-    return await driver.run_tasks()
+        return driver.run_inline()
+    return driver.run_tasks()
 
 
 class _Driver:
@@ -140,6 +143,8 @@ class _Driver:
         "tasks",
         "results",
         "poke",
+        "task",
+        "fired",
     )
 
     def __init__(self, call: Call, attempter: Attempter, observer: CallObserver, loop) -> None:  # noqa: ANN001
@@ -153,6 +158,8 @@ class _Driver:
         self.tasks: dict[int, asyncio.Task[AttemptResult]] = {}
         self.results: list[tuple[int, AttemptResult]] = []
         self.poke: asyncio.Future[None] | None = None
+        self.task: asyncio.Task[Any] | None = None  # inline mode: the task running the call
+        self.fired = False
 
     # -- command execution ----------------------------------------------------------------------------
     def feed(self, event: Any, now: float | None = None) -> list[SendAttempt]:
@@ -218,28 +225,51 @@ class _Driver:
             return AttemptResult(Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}"))
 
     # -- one attempt at a time, inline ----------------------------------------------------------------
+    def _fire(self) -> None:
+        """The engine's wake time came while an inline attempt was out: abandon it (like timeout_at)."""
+        self.fired = True
+        self.task.cancel()  # type: ignore[union-attr]
+
     async def run_inline(self) -> Delivery:
         loop = self.loop
+        attempter = self.attempter
+        observer = self.observer
         sends = self.feed(START)
         try:
             while self.finish is None:
                 if sends:
                     cmd = sends[0]
                     wake = self.wake
-                    if wake == INF:
-                        result = await self._send(cmd)
-                    else:
-                        timer = asyncio.timeout_at(wake)
-                        try:
-                            async with timer:
-                                result = await self._send(cmd)
-                        except TimeoutError:
-                            if not timer.expired():
-                                raise  # not our timer: an adapter bug, surfaced
-                            # The engine's timer fired mid-attempt (per-try timeout or deadline): the
-                            # attempt is already abandoned; the engine decides what follows.
-                            sends = self.feed(TICK, max(loop.time(), wake))
-                            continue
+                    ctx = AttemptContext(cmd, observer.attempt_started(cmd), self)
+                    handle = None
+                    if wake != INF:
+                        # A bare timer rather than asyncio.timeout_at: the same semantics (cancel the task,
+                        # tell our cancellation from anyone else's) at a fraction of the cost per attempt.
+                        task = self.task
+                        if task is None:
+                            task = self.task = asyncio.current_task()
+                        cancelling = task.cancelling()  # type: ignore[union-attr]
+                        self.fired = False
+                        handle = loop.call_at(wake, self._fire)
+                    try:
+                        result = await attempter.send(cmd, ctx)
+                    except asyncio.CancelledError:
+                        if handle is None or not self.fired or self.task.uncancel() > cancelling:  # type: ignore[union-attr]
+                            raise
+                        # The engine's timer fired mid-attempt (per-try timeout or deadline): the
+                        # attempt is already abandoned; the engine decides what follows.
+                        sends = self.feed(TICK, max(loop.time(), wake))
+                        continue
+                    except (KeyboardInterrupt, SystemExit):
+                        raise
+                    except Exception as e:
+                        log.exception("attempt %d to %s failed unexpectedly", cmd.attempt, cmd.endpoint)
+                        result = AttemptResult(
+                            Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}")
+                        )
+                    finally:
+                        if handle is not None:
+                            handle.cancel()
                     self._record(cmd.attempt, result)
                     sends = self.feed(AttemptEnded(cmd.attempt, result.outcome))
                 else:
