@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...policy import Finish, OutcomeClass, Reason
-from .headers import Header, phrase
+from .headers import phrase
 
 C = OutcomeClass
 DEADLINE_BODY = b"Deadline expired"
@@ -35,7 +35,7 @@ DEADLINE_BODY = b"Deadline expired"
 class Answer:
     status: int
     body: bytes
-    headers: tuple[Header, ...] = ()
+    headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
 def deadline_expired(status: int) -> Answer:

@@ -55,8 +55,7 @@ class HttpClassifier:
         retry_after = millis = None
         expired = False
         pb_name = self.pushback_header
-        for name, value in headers:
-            low = name.lower()
+        for low, _, value in headers:
             if low == _RETRY_AFTER:
                 retry_after = value
             elif low == DEADLINE_EXPIRED_HEADER and value.strip():
@@ -78,7 +77,7 @@ class HttpClassifier:
 
 
 def _deadline_expired(headers: Iterable[Header]) -> bool:
-    return any(name.lower() == DEADLINE_EXPIRED_HEADER and value.strip() for name, value in headers)
+    return any(low == DEADLINE_EXPIRED_HEADER and value.strip() for low, _, value in headers)
 
 
 def _success(status: int) -> Outcome:

@@ -78,7 +78,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.head_request = False
         self.got_bytes = False
         self.reason = b""
-        self.headers: list[tuple[bytes, bytes]] = []
+        self.headers: list[tuple[bytes, bytes, bytes]] = []
         self.informational = False
         self.body: RequestBody | None = None
         self.request_done = True
@@ -263,7 +263,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.response is None:  # after the head come trailers: not forwarded
-            self.headers.append((name, value))
+            self.headers.append((name.lower(), name, value))
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -276,8 +276,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.keep_alive = self.parser.should_keep_alive()
         length: int | None = None
         chunked = False
-        for name, value in self.headers:
-            low = name.lower()
+        for low, _, value in self.headers:
             if low == b"content-length":
                 length = int(value)
             elif low == b"transfer-encoding" and b"chunked" in value.lower():

@@ -151,7 +151,7 @@ class ServerConnection(asyncio.Protocol):
         assert req is not None
         if self.in_body:
             return  # trailers: not forwarded
-        req.headers.append((name, value))
+        req.headers.append((name.lower(), name, value))
         req.head_size += len(name) + len(value) + 4
         if req.head_size > self.listener.config.max_header_size:
             raise _HeadTooLarge
@@ -165,8 +165,7 @@ class ServerConnection(asyncio.Protocol):
         req.keep_alive = p.should_keep_alive()
         length: int | None = 0
         expect = False
-        for name, value in req.headers:
-            n = name.lower()
+        for n, _, value in req.headers:
             if n == b"content-length":
                 length = int(value)
             elif n == b"transfer-encoding":

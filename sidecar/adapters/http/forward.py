@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("sidecar.http")
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
+_METHODS = {
+    m: m.decode() for m in (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE")
+}
 
 
 class Forwarder:
@@ -46,7 +49,7 @@ class Forwarder:
         self.router = Router(listener.config, services.config.upstreams)
         self.pools: dict[str, dict[str, Pool]] = {}
         self.plans: dict[Target, Plan] = {}
-        self.self_port = 0
+        self._self_hosts: dict[bytes, bool] = {}
 
     def plan(self, target: Target) -> Plan:
         plan = self.plans.get(target)
@@ -70,9 +73,12 @@ class Forwarder:
         authority: bytes | None = None
         if url[:1] == b"/" or url == b"*":
             target_url = url
-            path = url.partition(b"?")[0].decode("latin-1")
-            host = _header(req.headers, b"host")
-            target = self.router.route(host.decode("latin-1") if host else None, path)
+            if self.router.routes:
+                host = _header(req.headers, b"host")
+                path = url.partition(b"?")[0].decode("latin-1")
+                target = self.router.route(host.decode("latin-1") if host else None, path)
+            else:
+                target = self.router.fallback
         else:
             try:
                 u = httptools.parse_url(url)
@@ -94,17 +100,7 @@ class Forwarder:
             target = found
             target_url = (u.path or b"/") + (b"?" + u.query if u.query else b"")
             authority = u.host if u.port is None else b"%s:%d" % (u.host, u.port)
-        plan = self.plan(target)
-        await self._forward(req, conn, plan, target_url, authority)
-
-    async def _forward(
-        self,
-        req: IncomingRequest,
-        conn: ServerConnection,
-        plan: Plan,
-        target_url: bytes,
-        authority: bytes | None,
-    ) -> None:
+        plan = self.plans.get(target) or self.plan(target)
         body = req.body
         rh = request_head(
             req.method,
@@ -118,20 +114,22 @@ class Forwarder:
             is_self=self._is_self,
             replace_trace=self.tracing,
         )
-        host = rh.client_host if authority is None else authority
         timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None
         deadline = req.began + (timeout if timeout is not None else plan.default_deadline)
-        method = req.method.decode("latin-1")
-        attrs = {
-            "http.request.method": method,
-            "url.path": target_url.partition(b"?")[0].decode("latin-1"),
-            "url.scheme": "http",
-        }
-        if host:
-            h, p = split_host(host.decode("latin-1"))
-            attrs["server.address"] = h
-            if p is not None:
-                attrs["server.port"] = p
+        method = _METHODS.get(req.method) or req.method.decode("latin-1")
+        attrs = None
+        if self.tracing:  # span attributes cost only when there are spans
+            attrs = {
+                "http.request.method": method,
+                "url.path": target_url.partition(b"?")[0].decode("latin-1"),
+                "url.scheme": "http",
+            }
+            host = rh.client_host if authority is None else authority
+            if host:
+                h, p = split_host(host.decode("latin-1"))
+                attrs["server.address"] = h
+                if p is not None:
+                    attrs["server.port"] = p
         obs = self.telemetry.request(
             listener=self.name,
             upstream=plan.upstream_name,
@@ -191,8 +189,15 @@ class Forwarder:
     def _is_self(self, host: bytes) -> bool:
         """Does ``Host`` name the sidecar itself (``127.0.0.1:15001``)? Then the upstream is told its own
         name instead; any other Host (a virtual host the app means) is passed on."""
-        h, port = split_host(host.decode("latin-1"))
-        return h in _LOOPBACK or h == self.listener.host.lower() and port in (None, self.listener.address[1])
+        known = self._self_hosts.get(host)
+        if known is None:
+            h, port = split_host(host.decode("latin-1"))
+            known = (
+                h in _LOOPBACK or h == self.listener.host.lower() and port in (None, self.listener.address[1])
+            )
+            if len(self._self_hosts) < 1024:
+                self._self_hosts[host] = known
+        return known
 
     # -- answers ---------------------------------------------------------------------------------------
     async def _deliver(self, req: IncomingRequest, conn: ServerConnection, resp: UpstreamResponse) -> bool:
@@ -248,8 +253,8 @@ class Forwarder:
         self._answer(req, conn, answers.text(status, message))
 
 
-def _header(headers: list[tuple[bytes, bytes]], lname: bytes) -> bytes | None:
-    for name, value in headers:
-        if name.lower() == lname:
+def _header(headers: list[tuple[bytes, bytes, bytes]], lname: bytes) -> bytes | None:
+    for low, _, value in headers:
+        if low == lname:
             return value
     return None

@@ -1,6 +1,6 @@
 """Header rules of a forwarding proxy (pure): what is hop-by-hop, the request head the upstream is sent,
 the response head the client is sent. Headers travel as ``(name, value)`` byte pairs in the order they
-came; names compare lowercased.
+came, each as ``(lowercased name, name, value)`` so that names are lowered once, when parsed.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
 
-Header = tuple[bytes, bytes]
+Header = tuple[bytes, bytes, bytes]  # (lowercased name, name as received, value)
 
 #: RFC 9110 7.6.1 connection-specific fields, plus the legacy ones proxies still meet.
 HOP_BY_HOP = frozenset(
@@ -33,11 +33,15 @@ TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
 _REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length", b"expect", b"x-forwarded-for", ATTEMPT_HEADER}
 
 
+def header(name: bytes, value: bytes) -> Header:
+    return (name.lower(), name, value)
+
+
 def connection_tokens(headers: Iterable[Header]) -> frozenset[bytes]:
     """The lowercased options of every ``Connection`` header (``close``, ``keep-alive``, header names)."""
     out: set[bytes] = set()
-    for name, value in headers:
-        if name.lower() == b"connection":
+    for low, _, value in headers:
+        if low == b"connection":
             out.update(t.strip().lower() for t in value.split(b",") if t.strip())
     return frozenset(out)
 
@@ -81,8 +85,8 @@ def request_head(
     drop = _REQUEST_DROP | {deadline_header}
     if replace_trace:
         drop = drop | TRACE_HEADERS
-    for name, _ in headers:
-        if name.lower() == b"connection":
+    for low, _, _ in headers:
+        if low == b"connection":
             drop = drop | connection_tokens(headers)
             break
     lines = [method, b" ", target, b" HTTP/1.1\r\n"]
@@ -91,8 +95,7 @@ def request_head(
     trace: dict[str, str] | None = None
     xff: list[bytes] = []
     proto = False
-    for name, value in headers:
-        low = name.lower()
+    for low, name, value in headers:
         if low in drop:
             if low == b"host":
                 if client_host is None:
@@ -152,9 +155,12 @@ def response_head(
     whether the body goes chunked; whether the connection stays open). A body of unknown length goes
     chunked to an HTTP/1.1 client, and to an HTTP/1.0 client ends with the connection."""
     lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason or phrase(status))]
-    nominated = connection_tokens(headers) if any(n.lower() == b"connection" for n, _ in headers) else ()
-    for name, value in headers:
-        low = name.lower()
+    nominated: frozenset[bytes] | tuple[()] = ()
+    for low, _, _ in headers:
+        if low == b"connection":
+            nominated = connection_tokens(headers)
+            break
+    for low, name, value in headers:
         if low in HOP_BY_HOP or low in nominated:
             continue
         lines += (name, b": ", value, b"\r\n")

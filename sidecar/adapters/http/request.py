@@ -26,7 +26,7 @@ class IncomingRequest:
         self.method = b""
         self.url = b""
         self.version = "1.1"
-        self.headers: list[tuple[bytes, bytes]] = []
+        self.headers: list[tuple[bytes, bytes, bytes]] = []  # (lowercased name, name, value)
         self.keep_alive = True
         self.body: RequestBody | None = None
         self.expect_continue = False
