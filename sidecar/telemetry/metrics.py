@@ -1,7 +1,9 @@
 """Prometheus metrics, in a registry of the sidecar's own (never the process-global one).
 
 Label children are resolved once per (listener, upstream) and cached, so the hot path pays a dict lookup
-and an increment, not a label resolution.
+and an increment, not a label resolution. The in-flight gauge is a plain counter read at scrape time
+(two locked gauge updates per request were a measurable part of the HTTP hot path). Label values may be
+given as the engine's ``StrEnum`` members (``OutcomeClass``, ``Reason``): they are strings.
 """
 
 from __future__ import annotations
@@ -75,6 +77,15 @@ class Metrics:
         self._buckets = _ThrottleCollector()
         r.register(self._buckets)
         self._meters: dict[tuple[str, str], Meters] = {}
+        self._levels: dict[str, Level] = {}
+
+    def level(self, listener: str) -> Level:
+        """The in-flight request count of ``listener`` (one per listener, shared by its upstreams)."""
+        lv = self._levels.get(listener)
+        if lv is None:
+            lv = self._levels[listener] = Level()
+            self.inflight.labels(listener).set_function(lambda: lv.n)
+        return lv
 
     def meters(self, listener: str, upstream: str) -> Meters:
         key = (listener, upstream)
@@ -86,6 +97,21 @@ class Metrics:
     def watch_throttle(self, upstream: str, kind: str, bucket: Any) -> None:
         """Export ``bucket.tokens`` as ``sidecar_throttle_tokens{upstream,kind}`` (read at scrape time)."""
         self._buckets.buckets[(upstream, kind)] = bucket
+
+
+class Level:
+    """A gauge's value kept as a plain number (read by the registry at scrape time)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self.n += amount
+
+    def dec(self, amount: int = 1) -> None:
+        self.n -= amount
 
 
 class Meters:
@@ -117,7 +143,7 @@ class Meters:
         self.cancelled_by_deadline = m.cancelled_by_deadline.labels(listener, upstream)
         self.buffer_exceeded = m.buffer_exceeded.labels(listener, upstream)
         self.duration = m.duration.labels(listener, upstream)
-        self.inflight = m.inflight.labels(listener)
+        self.inflight = m.level(listener)
         self.deadline_received = m.deadline_received.labels(listener)
         self._attempts: dict[str, Any] = {}
         self._retries: dict[str, Any] = {}

@@ -183,7 +183,7 @@ class RequestObserver:
         return carrier
 
     def attempt_ended(self, attempt: int, outcome: Outcome) -> None:
-        self.meters.attempt(outcome.cls.value)
+        self.meters.attempt(outcome.cls)
         span = self.attempt_spans.get(attempt)
         if span is not None:
             span.set_attribute("sidecar.outcome", outcome.cls.value)
@@ -215,7 +215,7 @@ class RequestObserver:
 
     def decision(self, d: Decision) -> None:
         if d.reason in _RETRIES:
-            self.meters.retry(d.outcome.value)
+            self.meters.retry(d.outcome)
         self.last_delay = d.delay
         span = self.attempt_spans.pop(d.attempt, None)
         if span is not None:
@@ -228,9 +228,9 @@ class RequestObserver:
         reason = f.reason
         self.reason = reason
         m = self.meters
-        m.request(reason.value)
+        m.request(reason)
         if reason in GIVE_UPS:
-            m.give_up(reason.value)
+            m.give_up(reason)
         if reason is Reason.THROTTLED:
             m.throttled.inc()
         elif reason is Reason.DEADLINE:
