@@ -42,7 +42,9 @@ class ServerConnection(asyncio.Protocol):
         "parser",
         "current",
         "queue",
-        "task",
+        "worker",
+        "wakeup",
+        "busy",
         "closing",
         "closed",
         "client_ip",
@@ -62,7 +64,9 @@ class ServerConnection(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         self.current: IncomingRequest | None = None  # being parsed
         self.queue: deque[IncomingRequest] = deque()  # parsed, waiting to be (or being) answered
-        self.task: asyncio.Task[None] | None = None
+        self.worker: asyncio.Task[None] | None = None  # answers the queue, then waits for more
+        self.wakeup: asyncio.Future[None] | None = None
+        self.busy = False  # a request is being answered
         self.closing = False  # answer what is queued, then close
         self.closed = False
         self.client_ip = ""
@@ -114,8 +118,8 @@ class ServerConnection(asyncio.Protocol):
         self.closed = True
         self.closing = True
         self.listener.connections.discard(self)
-        if self.task is not None:
-            self.task.cancel()
+        if self.worker is not None:
+            self.worker.cancel()
         for req in self.queue:
             if req.body is not None:
                 req.body.discard()
@@ -179,11 +183,9 @@ class ServerConnection(asyncio.Protocol):
                 req.expect_continue = True
                 body.on_first_attach = self.send_continue
         self.in_body = True
-        self.queue.append(req)
+        self._enqueue(req)
         if len(self.queue) > PIPELINE_DEPTH:
             self.pause_for("pipeline")
-        if self.task is None:
-            self.task = self.loop.create_task(self._serve())
 
     def on_body(self, body: bytes) -> None:
         req = self.current
@@ -209,9 +211,7 @@ class ServerConnection(asyncio.Protocol):
             # The head was fine and forwarding began; its body is broken: nothing sane can follow.
             self._abort()
             return
-        self.queue.append(refused(self.loop.time(), status, message))
-        if self.task is None:
-            self.task = self.loop.create_task(self._serve())
+        self._enqueue(refused(self.loop.time(), status, message))
 
     def _upgrade(self, rest: bytes) -> None:
         req = self.queue[-1] if self.queue else None
@@ -256,30 +256,53 @@ class ServerConnection(asyncio.Protocol):
             self.transport.write(CONTINUE)  # type: ignore[union-attr]
 
     # -- answering -------------------------------------------------------------------------------------
+    def _enqueue(self, req: IncomingRequest) -> None:
+        self.queue.append(req)
+        if self.worker is None:
+            self.busy = True
+            self.worker = self.loop.create_task(self._serve())
+        elif self.wakeup is not None and not self.wakeup.done():
+            self.busy = True
+            self.wakeup.set_result(None)
+
     async def _serve(self) -> None:
+        """One task per connection answers its requests in order, then waits for the next (cheaper than
+        a task per request)."""
         forwarder = self.listener.forwarder
+        queue = self.queue
         try:
-            while self.queue and not self.closed:
-                req = self.queue[0]
+            while not self.closed:
+                if not queue:
+                    self.busy = False
+                    self.listener.connection_idle(self)
+                    if self.closing:
+                        break
+                    self.wakeup = self.loop.create_future()
+                    await self.wakeup
+                    self.wakeup = None
+                    continue
+                self.busy = True
+                req = queue[0]
                 if req.refusal is not None:
                     status, message = req.refusal
                     self.write(answers.encode(answers.text(status, message), keep_alive=False))
-                    self.close()
-                    return
+                    break
                 await forwarder.handle(req, self)
-                self.queue.popleft()
-                if len(self.queue) <= PIPELINE_DEPTH:
+                queue.popleft()
+                if len(queue) <= PIPELINE_DEPTH:
                     self.resume_for("pipeline")
                 if not self.keep_alive_after(req):
-                    self.close()
-                    return
+                    break
                 self.last_activity = self.loop.time()
         except asyncio.CancelledError:
-            pass  # the client went away
+            pass  # the client went away, or the listener stopped
+        except Exception:
+            log.exception("answering a request failed")
         finally:
-            self.task = None
-            if self.closing and not self.queue and self.current is None:
-                self.close()
+            self.busy = False
+            self.worker = None
+            self.wakeup = None
+            self.close()
             self.listener.connection_idle(self)
 
     def keep_alive_after(self, req: IncomingRequest) -> bool:

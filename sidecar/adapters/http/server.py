@@ -65,9 +65,9 @@ class HttpListener:
             self.server.close()
         for conn in list(self.connections):
             conn.closing = True
-            if conn.task is None:
+            if not conn.busy:
                 conn.close()
-        busy = [c for c in self.connections if c.task is not None]
+        busy = [c for c in self.connections if c.busy]
         if busy and grace > 0:
             self._drained = asyncio.Event()
             try:
@@ -82,8 +82,8 @@ class HttpListener:
                 )
         for conn in list(self.connections):
             conn._abort()
-            if conn.task is not None:
-                conn.task.cancel()
+            if conn.worker is not None:
+                conn.worker.cancel()
         for pool in self.forwarder.all_pools():
             pool.close()
         if self._sweeper is not None:
@@ -93,7 +93,7 @@ class HttpListener:
 
     # -- from connections ------------------------------------------------------------------------------
     def connection_idle(self, conn: ServerConnection) -> None:
-        if self._drained is not None and not any(c.task is not None for c in self.connections):
+        if self._drained is not None and not any(c.busy for c in self.connections):
             self._drained.set()
 
     def refused(self, status: int) -> None:
@@ -105,9 +105,9 @@ class HttpListener:
         for conn in list(self.connections):
             if now - conn.last_activity <= idle_timeout:
                 continue
-            if conn.task is None and conn.current is None:
+            if not conn.busy and conn.current is None:
                 conn.close()  # idle keep-alive connection
-            elif conn.current is not None and conn.current not in conn.queue and conn.task is None:
+            elif conn.current is not None and conn.current not in conn.queue and not conn.busy:
                 conn._refuse(408, f"request head not received within idle_timeout ({idle_timeout:g}s)")
             elif conn.streaming is not None:
                 conn.streaming.failed("no data from the upstream within idle_timeout")
