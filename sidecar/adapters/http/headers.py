@@ -33,6 +33,9 @@ TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
 _REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length", b"expect", b"x-forwarded-for", ATTEMPT_HEADER}
 
 
+_PLAIN_CONNECTION = {b"keep-alive": b"keep-alive", b"close": b"close", b"Keep-Alive": b"keep-alive", b"Close": b"close"}
+
+
 def header(name: bytes, value: bytes) -> Header:
     return (name.lower(), name, value)
 
@@ -42,6 +45,10 @@ def connection_tokens(headers: Iterable[Header]) -> frozenset[bytes]:
     out: set[bytes] = set()
     for low, _, value in headers:
         if low == b"connection":
+            plain = _PLAIN_CONNECTION.get(value)
+            if plain is not None:
+                out.add(plain)
+                continue
             out.update(t.strip().lower() for t in value.split(b",") if t.strip())
     return frozenset(out)
 
