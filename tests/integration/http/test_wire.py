@@ -208,3 +208,30 @@ async def test_many_concurrent_clients(upstream) -> None:
 def _rss() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def test_stop_lets_requests_in_flight_finish_and_refuses_new_ones(client, upstream) -> None:
+    upstream.then(Fault(200, delay=0.3, body=b"finished"))
+    async with sidecar(config([upstream.endpoint])) as sc:
+        pending = asyncio.create_task(client.get(sc.url + "/slow"))
+        await upstream.wait_hits(1)
+        await sc.app.stop(grace=5.0)
+        r = await pending
+        assert r.status == 200 and await r.read() == b"finished"
+        assert r.headers.get("Connection") == "close"
+        try:
+            await asyncio.open_connection(sc.host, sc.port)
+        except OSError:
+            pass
+        else:  # pragma: no cover
+            raise AssertionError("the listener still accepts connections after stop")
+
+
+async def test_a_client_that_never_finishes_its_head_gets_408(upstream) -> None:
+    async with sidecar(config([upstream.endpoint], listener={"idle_timeout": "200ms"})) as sc:
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+        answer = await reader.read(-1)  # the sweeper (once a second) answers and closes
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"idle_timeout" in answer
+        assert upstream.hits == 0
