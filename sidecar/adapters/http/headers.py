@@ -33,7 +33,12 @@ TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
 _REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length", b"expect", b"x-forwarded-for", ATTEMPT_HEADER}
 
 
-_PLAIN_CONNECTION = {b"keep-alive": b"keep-alive", b"close": b"close", b"Keep-Alive": b"keep-alive", b"Close": b"close"}
+_PLAIN_CONNECTION = {
+    b"keep-alive": b"keep-alive",
+    b"close": b"close",
+    b"Keep-Alive": b"keep-alive",
+    b"Close": b"close",
+}
 
 
 def header(name: bytes, value: bytes) -> Header:
