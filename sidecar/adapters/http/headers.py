@@ -72,6 +72,18 @@ class RequestHead:
     trace: dict[str, str] | None
 
 
+_DROP_SETS: dict[tuple[bytes, bool], frozenset[bytes]] = {}
+
+
+def _drop_set(deadline_header: bytes, replace_trace: bool) -> frozenset[bytes]:
+    key = (deadline_header, replace_trace)
+    drop = _DROP_SETS.get(key)
+    if drop is None:
+        drop = _REQUEST_DROP | {deadline_header} | (TRACE_HEADERS if replace_trace else frozenset())
+        _DROP_SETS[key] = drop
+    return drop
+
+
 def request_head(
     method: bytes,
     target: bytes,
@@ -94,9 +106,7 @@ def request_head(
     ``Host``: an absolute-form request's authority, else the client's Host unless it names the sidecar
     itself (``is_self``), in which case each attempt names its endpoint.
     """
-    drop = _REQUEST_DROP | {deadline_header}
-    if replace_trace:
-        drop = drop | TRACE_HEADERS
+    drop = _drop_set(deadline_header, replace_trace)
     for low, _, _ in headers:
         if low == b"connection":
             drop = drop | connection_tokens(headers)
