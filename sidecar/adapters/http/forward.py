@@ -20,9 +20,9 @@ from ...runtime import drive
 from ...services import Services
 from . import answers
 from .attempt import Attempter
-from .client import Pool
 from .headers import request_head, response_head
 from .plan import Plan
+from .pool import Pool
 from .request import IncomingRequest
 from .response import UpstreamResponse
 from .routing import Router, Target, split_host

@@ -7,7 +7,7 @@ from ...config.units import split_host_port
 from ...policy import OutcomeClass
 from ...services import CompiledPolicy, UpstreamRuntime
 from .classify import HttpClassifier
-from .client import Pool
+from .pool import Pool
 
 #: The policy's ``replay_buffer`` when it does not say (``None``).
 DEFAULT_REPLAY_BUFFER = 1024 * 1024
