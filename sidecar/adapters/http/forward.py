@@ -9,7 +9,6 @@ as it arrives, or the sidecar answers itself.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import TYPE_CHECKING
 
 import httptools
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
     from .connection import ServerConnection
     from .server import HttpListener
 
-log = logging.getLogger("sidecar.http")
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
 _METHODS = {
