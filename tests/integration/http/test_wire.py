@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 
 import aiohttp
 
@@ -235,3 +236,43 @@ async def test_a_client_that_never_finishes_its_head_gets_408(upstream) -> None:
         writer.close()
         assert answer.startswith(b"HTTP/1.1 408 ") and b"idle_timeout" in answer
         assert upstream.hits == 0
+
+
+async def test_a_malformed_upstream_answer_is_a_reset_and_the_sidecar_carries_on(client, upstream) -> None:
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 2x0 What\r\nContent-Length: nope\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    bad = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    bad_ep = f"127.0.0.1:{bad.sockets[0].getsockname()[1]}"
+    try:
+        async with sidecar(config([bad_ep, upstream.endpoint])) as sc:  # rand 0: the broken one first
+            async with client.get(sc.url + "/") as r:
+                assert r.status == 200  # retried elsewhere
+            assert sc.metric("sidecar_attempts_total", outcome="reset") == 1
+        async with sidecar(config([bad_ep])) as sc, client.get(sc.url + "/") as r:
+            assert r.status == 502 and "reset" in await r.text()
+    finally:
+        bad.close()
+        await bad.wait_closed()
+
+
+async def test_random_bytes_never_hurt_other_connections(client, upstream) -> None:
+    rng = random.Random(5)
+    async with sidecar(config([upstream.endpoint])) as sc:
+        async with client.get(sc.url + "/first") as r:
+            assert r.status == 200
+        for _ in range(40):
+            junk = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400)))
+            if rng.random() < 0.5:  # a plausible start, then junk
+                junk = b"GET /x HTTP/1.1\r\nHost: a\r\n" + junk
+            reader, writer = await asyncio.open_connection(sc.host, sc.port)
+            writer.write(junk)
+            writer.write_eof()
+            await reader.read(-1)  # whatever the answer, the connection ends
+            writer.close()
+        async with client.get(sc.url + "/last") as r:
+            assert r.status == 200
+    assert upstream.received[0].path == "/first" and upstream.received[-1].path == "/last"
