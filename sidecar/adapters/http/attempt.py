@@ -9,6 +9,7 @@ replaced once, within the attempt, when the request may be sent again.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import TYPE_CHECKING
@@ -23,10 +24,11 @@ from .request import IncomingRequest
 from .response import UpstreamResponse
 
 if TYPE_CHECKING:
-    import asyncio
+    from .pool import Pool
 
 C = OutcomeClass
 NO_TIME_LEFT = Outcome(C.TIMEOUT, detail="no time left to send")
+INF = math.inf
 timeout_ms = deadline.timeout_ms
 
 
@@ -70,46 +72,68 @@ class Attempter:
         self.ctx = ctx
         expires = self.loop.time() + cmd.timeout
         pool = self.plan.pool(cmd.endpoint)
-        try:
-            conn, reused = await pool.acquire()
-        except ConnectFailed as e:
-            return AttemptResult(_connect_failed(e))
-        try:
-            resp = await self._exchange(conn, cmd, ctx, expires)
-        except UpstreamGone as e:
-            if not (reused and not e.got_bytes and self.resend_ok and self._replayable()):
-                return AttemptResult(Outcome(C.RESET, detail=e.detail))
-            try:  # the pooled connection had gone stale: once more on a new one
-                conn = await pool.connect()
-            except ConnectFailed as e2:
-                return AttemptResult(_connect_failed(e2))
+        conn = pool.take_idle()
+        reused = conn is not None
+        if conn is None:
             try:
-                resp = await self._exchange(conn, cmd, ctx, expires)
-            except UpstreamGone as e3:
-                return AttemptResult(Outcome(C.RESET, detail=e3.detail))
-        if resp is None:
+                conn, reused = await pool.acquire()
+            except ConnectFailed as e:
+                return AttemptResult(_connect_failed(e))
+        waiter = self._start(conn, cmd, ctx, expires)
+        if waiter is None:
             pool.release(conn)
             return AttemptResult(NO_TIME_LEFT)
-        status = resp.status
-        self.obs.set_attempt_attribute(cmd.attempt, "http.response.status_code", status)
-        outcome = self.plan.classifier.response(status, resp.headers, time.time())
-        return AttemptResult(outcome, resp)
+        try:
+            resp = await waiter
+        except UpstreamGone as e:
+            conn.abandon(waiter)
+            if not (reused and not e.got_bytes and self.resend_ok and self._replayable()):
+                return AttemptResult(Outcome(C.RESET, detail=e.detail))
+            return await self._resend(pool, cmd, ctx, expires)
+        except BaseException:  # cancelled: per-try timeout, deadline, hedge lost, client gone
+            conn.abandon(waiter)
+            raise
+        return self._classify(cmd, resp)
 
     def discard(self, payload: UpstreamResponse) -> None:
         payload.release()
+
+    def _classify(self, cmd: SendAttempt, resp: UpstreamResponse) -> AttemptResult:
+        status = resp.status
+        self.obs.set_attempt_attribute(cmd.attempt, "http.response.status_code", status)
+        return AttemptResult(self.plan.classifier.response(status, resp.headers, time.time()), resp)
+
+    async def _resend(
+        self, pool: Pool, cmd: SendAttempt, ctx: AttemptContext, expires: float
+    ) -> AttemptResult:
+        """The pooled connection had gone stale (closed by the upstream while idle): once more, on a new one."""
+        try:
+            conn = await pool.connect()
+        except ConnectFailed as e:
+            return AttemptResult(_connect_failed(e))
+        try:
+            waiter = self._start(conn, cmd, ctx, expires)
+            if waiter is None:
+                pool.release(conn)
+                return AttemptResult(NO_TIME_LEFT)
+            resp = await self._response(conn, waiter)
+        except UpstreamGone as e:
+            return AttemptResult(Outcome(C.RESET, detail=e.detail))
+        return self._classify(cmd, resp)
 
     def _replayable(self) -> bool:
         body = self.req.body
         return body is None or (body.replayable and not body.dropped)
 
-    async def _exchange(
+    def _start(
         self, conn: UpstreamConnection, cmd: SendAttempt, ctx: AttemptContext, expires: float
-    ) -> UpstreamResponse | None:
+    ) -> asyncio.Future[UpstreamResponse] | None:
+        """Write this attempt's request; ``None`` when no time is left to send it."""
         lines = [self.base]
         if self.name_endpoint:
             lines.append(b"Host: %s\r\n" % cmd.endpoint.encode("latin-1"))
         lines.append(b"x-sidecar-attempt: %d\r\n" % cmd.attempt)
-        if math.isfinite(expires):
+        if expires != INF:
             ms = timeout_ms(expires - self.loop.time())
             if ms <= 0:
                 return None
@@ -119,10 +143,15 @@ class Attempter:
         lines.append(b"\r\n")
         req = self.req
         try:
-            waiter = conn.start(b"".join(lines), req.body, req.head_request, cmd.attempt)
+            return conn.start(b"".join(lines), req.body, req.head_request, cmd.attempt)
         except BaseException:
             conn.abort()
             raise
+
+    @staticmethod
+    async def _response(
+        conn: UpstreamConnection, waiter: asyncio.Future[UpstreamResponse]
+    ) -> UpstreamResponse:
         try:
             return await waiter
         except BaseException:  # broken, cancelled (per-try timeout, deadline, hedge lost, client gone)

@@ -46,11 +46,11 @@ class Forwarder:
         self.tracing = services.telemetry.tracer is not None
         self.router = Router(listener.config, services.config.upstreams)
         self.pools: dict[str, dict[str, Pool]] = {}
-        self.plans: dict[Target, Plan] = {}
+        self.plans: dict[int, Plan] = {}  # by id(target): the router's targets are a fixed set
         self._self_hosts: dict[bytes, bool] = {}
 
     def plan(self, target: Target) -> Plan:
-        plan = self.plans.get(target)
+        plan = self.plans.get(id(target))
         if plan is None:
             pools = self.pools.setdefault(target.upstream, {})
             plan = Plan(
@@ -59,7 +59,7 @@ class Forwarder:
                 target.retry_non_idempotent,
                 pools,
             )
-            self.plans[target] = plan
+            self.plans[id(target)] = plan
         return plan
 
     def all_pools(self) -> list[Pool]:
@@ -98,7 +98,7 @@ class Forwarder:
             target = found
             target_url = (u.path or b"/") + (b"?" + u.query if u.query else b"")
             authority = u.host if u.port is None else b"%s:%d" % (u.host, u.port)
-        plan = self.plans.get(target) or self.plan(target)
+        plan = self.plans.get(id(target)) or self.plan(target)
         body = req.body
         rh = request_head(
             req.method,

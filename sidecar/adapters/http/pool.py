@@ -27,6 +27,15 @@ class Pool:
         self.waiters: deque[asyncio.Future[UpstreamConnection | None]] = deque()
         self.closing = False
 
+    def take_idle(self) -> UpstreamConnection | None:
+        """An idle kept-alive connection, if there is one (no await on the hot path)."""
+        idle = self.idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        return None
+
     async def acquire(self) -> tuple[UpstreamConnection, bool]:
         """A connection (reused when one is idle) and whether it was reused. Raises :class:`ConnectFailed`."""
         idle = self.idle

@@ -64,7 +64,8 @@ def _match(m: RouteMatch) -> tuple[str | None, int | None]:
 
 
 class Router:
-    """Built once per listener from its config and the upstreams' endpoints."""
+    """Built once per listener from its config and the upstreams' endpoints. The targets it returns are a
+    fixed set of instances (one per route, the fallback, one per upstream reached in absolute-form)."""
 
     def __init__(self, listener: HttpListenerConfig, upstreams: Mapping[str, UpstreamConfig]) -> None:
         assert listener.policy is not None  # the loader fills in the protocol's preset
@@ -80,6 +81,7 @@ class Router:
                 i,
             )
             self.routes.append(_Route(r.match.path_prefix, host, port, target))
+        self._proxied: dict[str, Target] = {}
         # absolute-form: an upstream is known by its name or by any of its endpoints
         self.by_name = {name.lower(): name for name in upstreams}
         self.by_endpoint: dict[tuple[str, int], str] = {}
@@ -109,4 +111,9 @@ class Router:
                 return r.target
         if upstream == self.fallback.upstream:
             return self.fallback
-        return Target(upstream, self.fallback.policy, self.fallback.retry_non_idempotent)
+        target = self._proxied.get(upstream)
+        if target is None:  # one instance per upstream: callers may key caches on it
+            target = self._proxied[upstream] = Target(
+                upstream, self.fallback.policy, self.fallback.retry_non_idempotent
+            )
+        return target
