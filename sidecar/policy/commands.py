@@ -56,8 +56,11 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class Finish:
-    """The request is over. Deliver attempt ``attempt``'s response (``None``: no attempt has one to give;
-    the adapter answers for ``reason`` itself). ``attempts``: how many attempts were sent in all."""
+    """The request is over. ``attempt`` is the attempt whose response is the answer (``None``: no attempt
+    has one to give; the adapter answers for ``reason`` itself). ``attempts``: how many were sent in all.
+
+    For ``deadline`` the adapter chooses: ``attempt`` is then the last answer received, which MongoDB
+    returns as "the current error" while HTTP answers 498 and gRPC ``DEADLINE_EXCEEDED`` regardless."""
 
     reason: Reason
     attempt: int | None

@@ -88,6 +88,7 @@ class Call:
         "hedge_at",
         "stop_reason",
         "used_transparent",
+        "free_attempt",
         "_wake",
     )
 
@@ -132,6 +133,7 @@ class Call:
         self.hedge_at = INF  # hedging mode: when the next hedge is due
         self.stop_reason: Reason | None = None  # hedging mode: why no more hedges will be sent
         self.used_transparent = False
+        self.free_attempt = 0
         self._wake = INF
 
     # -- the one entry point ------------------------------------------------------------------------
@@ -214,6 +216,8 @@ class Call:
         if self.retry_at < INF:  # a retry was waiting: it can no longer be sent
             self.retry_at = INF
             self._finish(Reason.BUFFER_EXCEEDED, out)
+        elif self.hedging is not None:
+            self._finish_if_idle(out)
 
     def _ended(self, n: int, outcome: Outcome, now: float, out: list[Command]) -> None:
         if not (0 < n <= len(self.attempts)):
@@ -237,16 +241,27 @@ class Call:
             self.picker.penalize(a.endpoint, now)
             if policy.deprioritize_overloaded:
                 self.deprioritized.add(a.endpoint)
+        pushback = outcome.pushback if policy.pushback else None
         if outcome.backoff_base is not None and policy.pushback and outcome.backoff_base >= 0:
             self.backoff.rebase(outcome.backoff_base)
-        if not (outcome.prefer_previous and self.deliverable is not None):
+        if (
+            not outcome.prefer_previous
+            or self.deliverable is None
+            or cls is C.SUCCESS
+            or self.committed == n  # its response is already on its way to the client
+        ):
             self.deliverable = (n, outcome)
-        pushback = outcome.pushback if policy.pushback else None
         transparent = (
             policy.transparent_retry
             and cls is C.CONNECT_FAILURE
             and not self.used_transparent
             and self.hedging is None
+            and self.committed is None
+            and cls in self.retry_on
+            and self.replayable
+            and len(self.attempts) < self.max_attempts
+            and now < self.deadline
+            and not (pushback is not None and pushback.stop)
         )
         self._account(n, cls, pushback is not None and pushback.stop, transparent)
 
@@ -284,6 +299,7 @@ class Call:
             self.used_transparent = True
             decide(Reason.TRANSPARENT_RETRY)
             self._send(now, out, hedge=0)
+            self.free_attempt = len(self.attempts)  # not a paid retry: no token taken, none returned
             return None
         if pushback is not None:
             delay = pushback.delay
@@ -313,6 +329,9 @@ class Call:
             if pushback is not None and pushback.stop:
                 self.stop_reason = Reason.PUSHBACK_NO_RETRY
                 self.hedge_at = INF
+            elif len(self.attempts) >= self.max_attempts:
+                self.stop_reason = Reason.ATTEMPTS_EXHAUSTED
+                self.hedge_at = INF
             elif pushback is not None:
                 # A6: the next hedge goes in n ms; later ones resume at n + hedging_delay.
                 if now + pushback.delay >= self.deadline:
@@ -320,10 +339,8 @@ class Call:
                     self.hedge_at = INF
                 else:
                     self.hedge_at = now + pushback.delay
-            elif len(self.attempts) < self.max_attempts:
-                self.hedge_at = now  # a non-fatal result sends the next hedge at once
             else:
-                self.stop_reason = Reason.ATTEMPTS_EXHAUSTED
+                self.hedge_at = now  # a non-fatal result sends the next hedge at once
         mark = len(out)
         sent_before = len(self.attempts)
         if self.hedge_at <= now:
@@ -349,6 +366,8 @@ class Call:
                 return
             if len(self.attempts) >= self.max_attempts:
                 self.stop_reason = Reason.ATTEMPTS_EXHAUSTED
+            elif now >= self.deadline:
+                self.stop_reason = Reason.DEADLINE
             elif not self.replayable:
                 self.stop_reason = Reason.BUFFER_EXCEEDED
             elif self.throttle is not None and not self.throttle.acquire():
@@ -389,7 +408,7 @@ class Call:
         throttle = self.throttle
         if throttle is None:
             return
-        retry = n > 1
+        retry = n > 1 and n != self.free_attempt
         if cls is C.SUCCESS:
             throttle.on_success(retry)
             return
