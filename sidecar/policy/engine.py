@@ -125,7 +125,7 @@ class Call:
         self.attempts: list[_Attempt] = []
         self.inflight = 0
         self.deprioritized: set[str] = set()
-        self.backoff = BackoffSequence(policy.backoff)
+        self.backoff: BackoffSequence | None = None  # made on the first failure
         self.committed: int | None = None
         self.finished = False
         self.deliverable: tuple[int, Outcome] | None = None
@@ -159,6 +159,12 @@ class Call:
         if not self.finished:
             self._schedule(out)
         return out
+
+    def _backoff(self) -> BackoffSequence:
+        b = self.backoff
+        if b is None:
+            b = self.backoff = BackoffSequence(self.policy.backoff)
+        return b
 
     @property
     def attempts_sent(self) -> int:
@@ -230,8 +236,15 @@ class Call:
         self.picker.finished(a.endpoint)
         policy = self.policy
         cls = outcome.cls
+        if cls is C.SUCCESS:  # the common case, kept short
+            self.deliverable = (n, outcome)
+            if self.throttle is not None:
+                self.throttle.on_success(n > 1 and n != self.free_attempt)
+            out.append(Decision(n, a.endpoint, cls, Reason.SUCCESS))
+            self._finish(Reason.SUCCESS, out)
+            return
         upstream_deadline = False
-        if outcome.deadline_expired and cls is not C.SUCCESS:
+        if outcome.deadline_expired:
             # userver: "deadline expired" from upstream is a timeout, never a body to pass on; when that
             # attempt had the request's whole remaining time, the request is over.
             if a.whole:
@@ -243,11 +256,10 @@ class Call:
                 self.deprioritized.add(a.endpoint)
         pushback = outcome.pushback if policy.pushback else None
         if outcome.backoff_base is not None and policy.pushback and outcome.backoff_base >= 0:
-            self.backoff.rebase(outcome.backoff_base)
+            self._backoff().rebase(outcome.backoff_base)
         if (
             not outcome.prefer_previous
             or self.deliverable is None
-            or cls is C.SUCCESS
             or self.committed == n  # its response is already on its way to the client
         ):
             self.deliverable = (n, outcome)
@@ -268,10 +280,6 @@ class Call:
         def decide(reason: Reason, delay: float = 0.0) -> None:
             out.append(Decision(n, a.endpoint, cls, reason, delay))
 
-        if cls is C.SUCCESS:
-            decide(Reason.SUCCESS)
-            self._finish(Reason.SUCCESS, out)
-            return
         if self.committed == n:
             decide(Reason.COMMITTED)
             self._finish(Reason.COMMITTED, out)
@@ -303,9 +311,9 @@ class Call:
             return None
         if pushback is not None:
             delay = pushback.delay
-            self.backoff.reset()
+            self._backoff().reset()
         elif cls in self.policy.backoff_on:
-            delay = self.backoff.next(self.rand)
+            delay = self._backoff().next(self.rand)
         else:
             delay = 0.0
         # A wait that would cross the deadline ends the request now, before a token is spent.
@@ -386,7 +394,7 @@ class Call:
 
     # -- shared machinery -----------------------------------------------------------------------------
     def _send(self, now: float, out: list[Command], hedge: int) -> bool:
-        tried = [a.endpoint for a in self.attempts]
+        tried = [a.endpoint for a in self.attempts] if self.attempts else ()
         endpoint = self.picker.pick(now, self.rand, self.candidates, tried, self.deprioritized)
         if endpoint is None:
             self._finish(Reason.NO_ENDPOINT, out)

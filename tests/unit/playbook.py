@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 from sidecar.policy import (
     START,
@@ -47,7 +46,7 @@ FATAL = Outcome(C.FATAL)
 
 def pushback(outcome: Outcome, delay: float | None) -> Outcome:
     """``outcome`` carrying a server pushback: wait ``delay`` seconds, or (None) do not retry."""
-    return replace(outcome, pushback=Pushback(delay))
+    return outcome._replace(pushback=Pushback(delay))
 
 
 def scripted(*values: float):
@@ -182,7 +181,7 @@ def run(
             if isinstance(cmd, SendAttempt) and cmd.attempt <= len(script):
                 step = script[cmd.attempt - 1]
                 if step is not None:
-                    after, outcome = step if isinstance(step, tuple) else (0.0, step)
+                    after, outcome = (0.0, step) if isinstance(step, Outcome) else step
                     answers[cmd.attempt] = (d.now + after, outcome)
             elif isinstance(cmd, CancelAttempt):
                 cancelled.add(cmd.attempt)

@@ -2,7 +2,6 @@
 
 import math
 import random
-from dataclasses import replace
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -101,7 +100,7 @@ outcomes = st.builds(
     deadline_expired=st.sampled_from([False] * 7 + [True]),
     backoff_base=st.sampled_from([None, None, 0.02, 0.3]),
     prefer_previous=st.booleans(),
-).map(lambda o: replace(o, prefer_previous=False) if o.ok else o)  # an error label (NoWritesPerformed)
+).map(lambda o: o._replace(prefer_previous=False) if o.ok else o)  # an error label (NoWritesPerformed)
 steps = st.builds(  # answers after a while, or (None) never
     lambda after, outcome: None if after is None else (after, outcome),
     st.sampled_from([0.05, 0.25, 0.01, 1.0, 0.0, 4.0, None]),
