@@ -111,11 +111,18 @@ class GrpcUpstream:
     async def serve(self, method: str, context: grpc.aio.ServicerContext) -> None:
         seen = Seen(method, {m.key: m.value for m in context.invocation_metadata() or ()})
         seen.time_remaining = context.time_remaining()
-        context.add_done_callback(lambda c: (c.cancelled() and seen.cancelled.set(), seen.finished.set()))
+        context.add_done_callback(lambda _: seen.finished.set())
         step = self.script.popleft() if self.script else self.default
-        async with self._arrived:
-            self.calls.append(seen)
-            self._arrived.notify_all()
+        self.calls.append(seen)
+        try:
+            async with self._arrived:
+                self._arrived.notify_all()
+            await self._answer(step, seen, context)
+        except asyncio.CancelledError:  # the caller cancelled the call (or its deadline passed)
+            seen.cancelled.set()
+            raise
+
+    async def _answer(self, step: Step, seen: Seen, context: grpc.aio.ServicerContext) -> None:
         if not step.early:
             while (msg := await context.read()) is not grpc.aio.EOF:
                 seen.requests.append(msg)
