@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -56,10 +56,20 @@ class Seen:
 
 
 class GrpcUpstream:
-    def __init__(self, default: Step | None = None, host: str = "127.0.0.1") -> None:
+    """``default``: the step for calls the script does not cover, or a function of the method choosing one
+    per call (random faults for the demo and benchmarks). ``keep_records=False`` keeps no :class:`Seen` (long runs)."""
+
+    def __init__(
+        self,
+        default: Step | Callable[[str], Step] | None = None,
+        host: str = "127.0.0.1",
+        keep_records: bool = True,
+    ) -> None:
         self.default = default or Step()
         self.script: deque[Step] = deque()
         self.calls: list[Seen] = []
+        self.count = 0
+        self.keep_records = keep_records
         self.host = host
         self.port = 0
         self._server: grpc.aio.Server | None = None
@@ -112,8 +122,13 @@ class GrpcUpstream:
         seen = Seen(method, {m.key: m.value for m in context.invocation_metadata() or ()})
         seen.time_remaining = context.time_remaining()
         context.add_done_callback(lambda _: seen.finished.set())
-        step = self.script.popleft() if self.script else self.default
-        self.calls.append(seen)
+        if self.script:
+            step = self.script.popleft()
+        else:
+            step = self.default if isinstance(self.default, Step) else self.default(method)
+        self.count += 1
+        if self.keep_records:
+            self.calls.append(seen)
         try:
             async with self._arrived:
                 self._arrived.notify_all()
