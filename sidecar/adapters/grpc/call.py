@@ -29,6 +29,10 @@ from .upstream import Channels
 
 log = logging.getLogger("sidecar.grpc")
 _LOST = AttemptResult(Outcome(OutcomeClass.FATAL, detail="another attempt answered first"))
+_CLIENT_GONE = AttemptResult(
+    Outcome(OutcomeClass.FATAL, detail="client gone"),
+    UpstreamStatus(grpc.StatusCode.CANCELLED, "client gone"),
+)
 
 
 class Downstream:
@@ -58,7 +62,8 @@ class Downstream:
         if not self.headers_sent:
             self.headers_sent = True
             md = with_previous_attempts(response_metadata(initial or ()), attempt - 1)
-            await self.context.send_initial_metadata(tuple(md))
+            if md:  # empty headers go out with the first message by themselves (one write fewer)
+                await self.context.send_initial_metadata(tuple(md))
 
     async def write(self, message: bytes) -> None:
         await self.context.write(message)
@@ -130,7 +135,8 @@ class Attempter:
                 call.cancel()
                 return _LOST
             responded = True
-            await self.down.send_headers(initial, n)
+            if not await self._pass(self.down.send_headers(initial, n), call):
+                return _CLIENT_GONE
         while True:
             try:
                 msg = await call.read()
@@ -145,8 +151,10 @@ class Attempter:
                     call.cancel()
                     return _LOST
                 responded = True
-                await self.down.send_headers(initial, n)
-            await self.down.write(msg)
+                if not await self._pass(self.down.send_headers(initial, n), call):
+                    return _CLIENT_GONE
+            if not await self._pass(self.down.write(msg), call):
+                return _CLIENT_GONE
         if first_status:
             code, details, trailing = first_status[0]
         else:
@@ -158,6 +166,17 @@ class Attempter:
         )
         self.obs.set_attempt_attribute(n, "rpc.grpc.status_code", code.value[0])
         return AttemptResult(outcome, status)
+
+    @staticmethod
+    async def _pass(send: Coroutine[Any, Any, None], call: Any) -> bool:
+        """Send to the client; if that fails, the client is gone: abandon the upstream call too."""
+        try:
+            await send
+        except Exception as e:  # noqa: BLE001 - grpc raises several types for a dead server call
+            log.debug("passing a response to the client failed: %r", e)
+            call.cancel()
+            return False
+        return True
 
 
 def _watch_status(call: Any) -> list:

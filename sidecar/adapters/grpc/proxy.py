@@ -9,6 +9,7 @@ its ``Finish`` maps to (``answer.py``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ import grpc
 from ...policy.deadline import MAX_TIMEOUT_S, parse_timeout_ms
 from ...runtime import drive
 from ...services import Services, UpstreamRuntime
-from .answer import answer
+from .answer import Answer, answer
 from .call import Attempter, Downstream
 from .classify import GrpcClassifier
 from .metadata import first_value, request_metadata
@@ -26,6 +27,7 @@ from .request import RequestStream, read_opening
 from .routing import MethodRoutes
 from .upstream import Channels
 
+log = logging.getLogger("sidecar.grpc")
 DEFAULT_REPLAY_BUFFER = 256 * 1024
 #: How long to wait for a request's end after its first message before streaming it (see request.py).
 OPENING_WINDOW = 0.02
@@ -105,10 +107,7 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
             upstream=shared.upstream.name,
             give_up_pushback=pc.give_up_pushback,
         )
-        context.set_trailing_metadata(tuple(ans.trailing))
-        context.set_code(ans.code)
-        if ans.details:
-            context.set_details(ans.details)
+        _deliver(context, ans)
         obs.set_attribute("rpc.grpc.status_code", ans.code.value[0])
         obs.end(None if ans.code is grpc.StatusCode.OK else ans.code.name)
     except asyncio.CancelledError:
@@ -120,6 +119,16 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     finally:
         if stream is not None:
             stream.close()
+
+
+def _deliver(context: grpc.aio.ServicerContext, ans: Answer) -> None:
+    try:
+        context.set_trailing_metadata(tuple(ans.trailing))
+        context.set_code(ans.code)
+        if ans.details:
+            context.set_details(ans.details)
+    except Exception as e:  # noqa: BLE001 - a server call that already ended refuses them
+        log.debug("the client is gone before its status: %r", e)
 
 
 def _received_timeout(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import grpc
@@ -124,3 +125,16 @@ async def test_unreachable_upstream_gives_up_with_unavailable_and_pushback_stop(
             assert e.code() is S.UNAVAILABLE
             md = dict(e.trailing_metadata())
             assert md["grpc-retry-pushback-ms"] == "-1" and md["grpc-previous-rpc-attempts"] == "2"
+
+
+async def test_stop_lets_a_call_in_flight_finish(up: GrpcUpstream) -> None:
+    go = asyncio.Event()
+    up.then(Step(hold=go))
+    async with sidecar(config([up.endpoint])) as sc:
+        call = sc.unary()(b"in flight")
+        await up.wait_calls(1)
+        stopping = asyncio.create_task(sc.app.stop(5.0))
+        await asyncio.sleep(0)
+        go.set()
+        assert await call == b"in flight"
+        await stopping
