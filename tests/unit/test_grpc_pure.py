@@ -85,6 +85,7 @@ def test_pushback(values: list, expected: Pushback | None) -> None:
             C.CONNECT_FAILURE,
         ),
         (S.UNAVAILABLE, "Socket closed", C.RESET),
+        (S.RESOURCE_EXHAUSTED, "Received message larger than max (5000 vs. 4096)", C.FATAL),
         (S.UNAVAILABLE, "recvmsg:Connection reset by peer", C.RESET),
     ],
 )

@@ -9,6 +9,7 @@
 | ``DEADLINE_EXCEEDED`` | ``timeout`` (marked ``deadline_expired`` when the attempt carried a deadline) |
 | a code in ``retryable_codes`` (default ``UNAVAILABLE``) | ``unavailable`` |
 | a code in ``overload_codes`` (default ``RESOURCE_EXHAUSTED``) | ``overloaded`` |
+| ``RESOURCE_EXHAUSTED`` "... larger than max ..." (a message over a size limit) | ``fatal`` |
 | any other code | ``fatal`` |
 
 A non-OK status may carry A6 server pushback (``grpc-retry-pushback-ms``).
@@ -89,6 +90,8 @@ class GrpcClassifier:
                 return Outcome(C.RESET, pushback=pushback, detail=label)
         if code is grpc.StatusCode.DEADLINE_EXCEEDED:
             return Outcome(C.TIMEOUT, pushback=pushback, deadline_expired=had_deadline, detail=label)
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED and details and "larger than max" in details:
+            return Outcome(C.FATAL, pushback=pushback, detail="message too large")  # not an overload
         if code in self.retryable:
             return Outcome(C.UNAVAILABLE, pushback=pushback, detail=label)
         if code in self.overload:

@@ -54,7 +54,11 @@ async def read_opening(read: Read, window: float) -> Opening:
         task = loop.create_task(read())
         remaining = until - loop.time()
         if remaining > 0:
-            await asyncio.wait((task,), timeout=remaining)
+            try:
+                await asyncio.wait((task,), timeout=remaining)
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
         if not task.done():
             return Opening(messages, False, task)
         msg = task.result()
