@@ -64,12 +64,14 @@ class GrpcUpstream:
         default: Step | Callable[[str], Step] | None = None,
         host: str = "127.0.0.1",
         keep_records: bool = True,
+        tls: tuple[bytes, bytes] | None = None,
     ) -> None:
         self.default = default or Step()
         self.script: deque[Step] = deque()
         self.calls: list[Seen] = []
         self.count = 0
         self.keep_records = keep_records
+        self.tls = tls
         self.host = host
         self.port = 0
         self._server: grpc.aio.Server | None = None
@@ -101,7 +103,10 @@ class GrpcUpstream:
     async def start(self) -> GrpcUpstream:
         server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))
         server.add_generic_rpc_handlers((_Any(self),))
-        self.port = server.add_insecure_port(f"{self.host}:0")
+        if self.tls is None:
+            self.port = server.add_insecure_port(f"{self.host}:0")
+        else:
+            self.port = server.add_secure_port(f"{self.host}:0", grpc.ssl_server_credentials([self.tls]))
         await server.start()
         self._server = server
         return self

@@ -9,7 +9,7 @@ import logging
 
 import grpc
 
-from ...config import GrpcListenerConfig
+from ...config import GrpcListenerConfig, UpstreamConfig
 from ...config.grpc_service_config import parse as parse_service_config
 from ...config.units import split_host_port
 from ...services import Services
@@ -41,6 +41,17 @@ class _AnyMethod(grpc.GenericRpcHandler):
         await proxy(self.shared, method, context)
 
 
+def _channels(config: GrpcListenerConfig, upstream: UpstreamConfig) -> Channels:
+    try:
+        return Channels(
+            max_message_size=config.max_message_size,
+            connect_timeout=upstream.connect_timeout,
+            tls=upstream.tls,
+        )
+    except OSError as e:
+        raise OSError(f"listener {config.name!r}, upstream {config.upstream!r}: {e}") from None
+
+
 class GrpcListener:
     def __init__(self, config: GrpcListenerConfig, services: Services) -> None:
         self.name = config.name
@@ -55,9 +66,7 @@ class GrpcListener:
             services=services,
             upstream=upstream,
             routes=MethodRoutes(config.method_policies, policy, sc.timeouts() if sc else {}),
-            channels=Channels(
-                max_message_size=config.max_message_size, connect_timeout=upstream.config.connect_timeout
-            ),
+            channels=_channels(config, upstream.config),
             classifiers={},
             streaming_methods=set(),
         )
@@ -79,7 +88,10 @@ class GrpcListener:
         )
         server.add_generic_rpc_handlers((_AnyMethod(self.shared),))
         host, _ = self._address
-        port = server.add_insecure_port(self.config.listen)
+        try:
+            port = server.add_insecure_port(self.config.listen)
+        except RuntimeError as e:  # grpcio reports a failed bind this way
+            raise OSError(f"listener {self.name!r}: cannot listen on {self.config.listen}: {e}") from None
         if port == 0:
             raise OSError(f"listener {self.name!r}: cannot listen on {self.config.listen}")
         await server.start()
