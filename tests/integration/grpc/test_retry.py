@@ -207,7 +207,7 @@ async def test_deadline_that_a_backoff_would_cross_ends_the_call_at_once(up: Grp
         except grpc.aio.AioRpcError as e:
             assert e.code() is S.DEADLINE_EXCEEDED and e.details() == DEADLINE_DETAILS  # from the sidecar
         assert len(up.calls) == 1
-        # The attempt carried what remained (grpc rounds grpc-timeout up on the wire: allow 1 %).
+        # The attempt carried what remained (grpc rounds grpc-timeout up on the wire: allow 1 % + 2 ms).
         assert 0 < up.calls[0].time_remaining <= 30 * 1.01
 
 
@@ -219,7 +219,7 @@ async def test_deadline_header_expiry_cancels_the_attempt(up: GrpcUpstream) -> N
         assert await call.details() == DEADLINE_DETAILS
         seen = up.calls[0]
         await seen.finished.wait()  # the pending attempt was ended at the upstream (it never answered)
-        assert 0 < seen.time_remaining <= 0.2 * 1.01
+        assert 0 < seen.time_remaining <= 0.2 * 1.01 + 0.002
         assert 0 < int(seen.metadata["x-yataxi-client-timeoutms"]) <= 200
         assert sc.metric("sidecar_deadline_received_total") == 1
 
@@ -237,3 +237,37 @@ async def test_one_call_span_with_a_child_span_per_attempt(up: GrpcUpstream) -> 
         assert [a.attributes["rpc.grpc.status_code"] for a in attempts] == [14, 0]
         assert all(a.parent.span_id == request.context.span_id for a in attempts)
         assert up.calls[1].metadata["traceparent"].split("-")[1] == format(request.context.trace_id, "032x")
+
+
+async def test_overloaded_endpoint_is_avoided_by_the_retry(up: GrpcUpstream, up2: GrpcUpstream) -> None:
+    up.default = fail(S.RESOURCE_EXHAUSTED)
+    policy = {"retry_on": ["connect-failure", "reset", "unavailable", "overloaded"]}
+    async with sidecar(config([up.endpoint, up2.endpoint], policy)) as sc:  # rand 0: the first pick is `up`
+        assert await sc.unary()(b"x") == b"x"
+        assert (len(up.calls), len(up2.calls)) == (1, 1)
+        assert await sc.unary()(b"y") == b"y"  # the cooldown keeps the next call away from it too
+        assert (len(up.calls), len(up2.calls)) == (1, 2)
+
+
+async def test_per_attempt_timeout_from_the_service_config_retries(up: GrpcUpstream) -> None:
+    up.then(Step(hold=asyncio.Event()))  # the first attempt never answers
+    sc_cfg = {
+        "methodConfig": [
+            {
+                "name": [{}],
+                "retryPolicy": {
+                    "maxAttempts": 2,
+                    "initialBackoff": "0.001s",
+                    "maxBackoff": "0.001s",
+                    "backoffMultiplier": 1,
+                    "retryableStatusCodes": ["UNAVAILABLE", "DEADLINE_EXCEEDED"],
+                    "perAttemptRecvTimeout": "0.05s",
+                },
+            }
+        ]
+    }
+    async with sidecar(config([up.endpoint], service_config=sc_cfg)) as sc:
+        assert await sc.unary()(b"x", timeout=20) == b"x"
+        assert up.previous_attempts() == [None, "1"]
+        await up.calls[0].finished.wait()  # the timed-out attempt was ended at the upstream
+        assert up.calls[0].time_remaining <= 0.05 * 1.01 + 0.002  # it carried the per-try timeout
