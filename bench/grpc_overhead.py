@@ -6,7 +6,9 @@ Three processes: the upstream (``sidecar.testing.grpc_upstream``, answers at onc
 sidecar (``sidecar run``, uvloop, the ``grpc-a6`` policy: retries, throttle, deadline) and a Python
 ``grpc.aio`` load client keeping ``--concurrency`` unary calls in flight (64-byte messages, 1 s deadline).
 The sidecar is pinned to CPU 0, the upstream and the client share CPU 1, so the upstream and the client do
-the same work in both modes and the sidecar gets its own core, as a sidecar container would.
+the same work in both modes and the sidecar gets its own core, as a sidecar container would. When ``h2load``
+is installed (Debian: ``apt-get install -y nghttp2-client``), each run also measures calls/s with it (one
+connection, 32 streams): a C client that leaves the Python upstream, not the client, as the direct limit.
 
 Each run measures the direct target and the sidecar back to back (the order alternates); figures are the
 medians over ``--runs`` runs with their spread (min-max). Writes ``bench/results/grpc.json``.
@@ -138,6 +140,40 @@ def load(target: str, duration: float, concurrency: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def h2load(port: int, duration: float, concurrency: int, body: Path) -> float | None:
+    """Calls/s from h2load (one connection, ``concurrency`` streams), or None without h2load."""
+    if shutil.which("h2load") is None:
+        return None
+    out = subprocess.run(
+        [
+            *pinned(1),
+            "h2load",
+            "-D",
+            str(int(duration)),
+            "-c",
+            "1",
+            "-m",
+            str(concurrency),
+            "-t",
+            "1",
+            "-d",
+            str(body),
+            "-H",
+            "content-type: application/grpc",
+            "-H",
+            "te: trailers",
+            f"http://127.0.0.1:{port}/bench.Echo/Call",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for line in out.splitlines():
+        if line.startswith("finished in"):
+            return float(line.split(",")[1].split()[0])
+    return None
+
+
 def sidecar_conf(tmp: Path, port: int, upstream: int) -> Path:
     conf = tmp / "sidecar.yaml"
     conf.write_text(
@@ -152,7 +188,11 @@ listeners:
 
 
 def spread(values: list[float]) -> dict:
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
 
 
 def main() -> None:
@@ -163,9 +203,18 @@ def main() -> None:
     args = ap.parse_args()
     up_port, sc_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
+        body = Path(tmp) / "request.bin"
+        body.write_bytes(b"\x00" + (64).to_bytes(4, "big") + b"x" * 64)  # one gRPC message frame
         upstream = start([PY, __file__, "upstream", str(up_port)], cpu=1)
         sidecar = start(
-            [str(Path(PY).parent / "sidecar"), "run", "-c", str(sidecar_conf(Path(tmp), sc_port, up_port)), "--log-level", "warning"],
+            [
+                str(Path(PY).parent / "sidecar"),
+                "run",
+                "-c",
+                str(sidecar_conf(Path(tmp), sc_port, up_port)),
+                "--log-level",
+                "warning",
+            ],
             cpu=0,
         )
         try:
@@ -173,22 +222,34 @@ def main() -> None:
             wait_port(sc_port, sidecar)
             runs: dict[str, list[dict]] = {"direct": [], "sidecar": []}
             targets = {"direct": f"127.0.0.1:{up_port}", "sidecar": f"127.0.0.1:{sc_port}"}
+            ports = {"direct": up_port, "sidecar": sc_port}
             for i in range(args.runs):
                 order = ["direct", "sidecar"] if i % 2 == 0 else ["sidecar", "direct"]
                 for name in order:
                     r = load(targets[name], args.duration, args.concurrency)
                     r["serial_p50_ms"] = load(targets[name], min(2.0, args.duration), 1)["p50_ms"]
+                    r["h2load_calls_per_s"] = h2load(ports[name], args.duration, args.concurrency, body)
                     runs[name].append(r)
                     print(
                         f"run {i + 1} {name:>7}: {r['calls_per_s']:8.0f} calls/s  p50 {r['p50_ms']:6.2f} ms  "
-                        f"p99 {r['p99_ms']:6.2f} ms  errors {r['errors']}; one in flight: p50 {r['serial_p50_ms']:.3f} ms",
+                        f"p99 {r['p99_ms']:6.2f} ms  errors {r['errors']}; one in flight: p50 {r['serial_p50_ms']:.3f} ms; "
+                        f"h2load {r['h2load_calls_per_s']} calls/s",
                         flush=True,
                     )
         finally:
             stop(sidecar)
             stop(upstream)
-    ratios = [s["calls_per_s"] / d["calls_per_s"] for d, s in zip(runs["direct"], runs["sidecar"], strict=True)]
-    added = [s["serial_p50_ms"] - d["serial_p50_ms"] for d, s in zip(runs["direct"], runs["sidecar"], strict=True)]
+    ratios = [
+        s["calls_per_s"] / d["calls_per_s"] for d, s in zip(runs["direct"], runs["sidecar"], strict=True)
+    ]
+    added = [
+        s["serial_p50_ms"] - d["serial_p50_ms"] for d, s in zip(runs["direct"], runs["sidecar"], strict=True)
+    ]
+    h2 = [
+        s["h2load_calls_per_s"] / d["h2load_calls_per_s"]
+        for d, s in zip(runs["direct"], runs["sidecar"], strict=True)
+        if s["h2load_calls_per_s"] and d["h2load_calls_per_s"]
+    ]
     summary = {
         "setup": {
             "runs": args.runs,
@@ -201,6 +262,13 @@ def main() -> None:
         "sidecar": {k: spread([r[k] for r in runs["sidecar"]]) for k in KEYS},
         "ratio_calls_per_s": spread(ratios),
         "added_p50_ms_one_in_flight": spread(added),
+        "h2load": None
+        if not h2
+        else {
+            "direct_calls_per_s": spread([r["h2load_calls_per_s"] for r in runs["direct"]]),
+            "sidecar_calls_per_s": spread([r["h2load_calls_per_s"] for r in runs["sidecar"]]),
+            "ratio_calls_per_s": spread(h2),
+        },
         "errors": sum(r["errors"] for r in runs["direct"] + runs["sidecar"]),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -215,6 +283,13 @@ def main() -> None:
         f"{d['serial_p50_ms']['median']:.3f} -> {s['serial_p50_ms']['median']:.3f} ms (added "
         f"{summary['added_p50_ms_one_in_flight']['median']:.3f} ms). Wrote {RESULTS.relative_to(ROOT)}"
     )
+    if summary["h2load"]:
+        h = summary["h2load"]
+        print(
+            f"h2load: direct {h['direct_calls_per_s']['median']:.0f} calls/s, sidecar "
+            f"{h['sidecar_calls_per_s']['median']:.0f} calls/s = {h['ratio_calls_per_s']['median']:.0%} of direct "
+            f"(runs {h['ratio_calls_per_s']['min']:.0%}-{h['ratio_calls_per_s']['max']:.0%})"
+        )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from typing import Any
 
 import grpc
 
+from ...timers import timers_for
+
 log = logging.getLogger("sidecar.grpc")
 
 Read = Callable[[], Awaitable[Any]]
@@ -30,11 +32,14 @@ EOF = grpc.aio.EOF
 
 @dataclass(slots=True)
 class Opening:
-    """What was read before choosing how to forward: the first messages, and whether the client is done."""
+    """What was read before choosing how to forward: the first messages, and whether the client is done.
+
+    ``pending``: the opening read still in progress (streaming calls). It appends to ``messages`` and
+    returns whether the client half-closed; the pump takes over from it."""
 
     messages: list[bytes]
     eof: bool
-    pending: asyncio.Task[Any] | None  # a read still in progress (streaming calls)
+    pending: asyncio.Task[bool] | None
 
     @property
     def single(self) -> bool:
@@ -46,26 +51,41 @@ async def read_opening(read: Read, window: float) -> Opening:
 
     A unary client sends its message and half-closes together, so both arrive at once; a streaming client
     may send one message and wait for an answer, or send nothing until the server speaks: after the window
-    such a call is forwarded as a stream (the pending read carries on in the pump)."""
+    such a call is forwarded as a stream (the pending read carries on in the pump). One task per call; the
+    window is a wake-up on the runtime's shared timer heap, not a loop timer."""
     loop = asyncio.get_running_loop()
-    until = loop.time() + window
     messages: list[bytes] = []
-    while len(messages) < 2:
-        task = loop.create_task(read())
-        remaining = until - loop.time()
-        if remaining > 0:
-            try:
-                await asyncio.wait((task,), timeout=remaining)
-            except asyncio.CancelledError:
-                task.cancel()
-                raise
-        if not task.done():
-            return Opening(messages, False, task)
-        msg = task.result()
-        if msg is EOF:
-            return Opening(messages, True, None)
-        messages.append(msg)
-    return Opening(messages, False, None)
+
+    async def two() -> bool:
+        while len(messages) < 2:
+            msg = await read()
+            if msg is EOF:
+                return True
+            messages.append(msg)
+        return False
+
+    task = loop.create_task(two())
+    if window > 0:
+        ready = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        task.add_done_callback(wake)
+        timers = timers_for(loop)
+        entry = timers.call_at(loop.time() + window, wake)
+        try:
+            await ready
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            timers.cancel(entry)
+            task.remove_done_callback(wake)
+    if task.done():
+        return Opening(messages, task.result(), None)
+    return Opening(messages, False, task)
 
 
 class _Writer:
@@ -93,28 +113,43 @@ class RequestStream:
         self._writers: dict[int, _Writer] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._pump: asyncio.Task[None] | None = None
+        self._opening_read = opening.pending
         if not self.eof:
-            self._pump = asyncio.get_running_loop().create_task(self._run_pump(opening.pending))
+            self._pump = asyncio.get_running_loop().create_task(self._run_pump(opening))
 
     # -- the pump: client -> buffer --------------------------------------------------------------------
-    async def _run_pump(self, pending: asyncio.Task[Any] | None) -> None:
-        while True:
-            await self._until(self._room)
+    async def _run_pump(self, opening: Opening) -> None:
+        if opening.pending is not None:
             try:
-                msg = await pending if pending is not None else await self._read()
+                eof = await opening.pending
             except Exception as e:  # noqa: BLE001 - the client's stream broke: never half-close for it
                 log.debug("reading the client's request stream failed: %r", e)
                 return
-            pending = None
+            for msg in opening.messages[self.count :]:
+                self._append(msg)
+            if eof:
+                self.eof = True
+                self._changed()
+                return
+        while True:
+            await self._until(self._room)
+            try:
+                msg = await self._read()
+            except Exception as e:  # noqa: BLE001 - the client's stream broke: never half-close for it
+                log.debug("reading the client's request stream failed: %r", e)
+                return
             if msg is EOF:
                 self.eof = True
                 self._changed()
                 return
-            self.messages.append(msg)
-            self.size += len(msg)
-            self.count += 1
-            self._check_overflow()
-            self._changed()
+            self._append(msg)
+
+    def _append(self, msg: bytes) -> None:
+        self.messages.append(msg)
+        self.size += len(msg)
+        self.count += 1
+        self._check_overflow()
+        self._changed()
 
     def _room(self) -> bool:
         if self.replayable:
@@ -196,5 +231,7 @@ class RequestStream:
     def close(self) -> None:
         if self._pump is not None:
             self._pump.cancel()
+        if self._opening_read is not None:
+            self._opening_read.cancel()
         self._changed()
         self.messages.clear()
