@@ -186,8 +186,12 @@ def _watch_status(call: Any) -> list:
     box: list = []
 
     def done(c: Any) -> None:
-        if not box:
+        if box:
+            return
+        try:  # runs inside grpc's status handling: never raise there
             box.append((_ready(c.code()), _ready(c.details()), _ready(c.trailing_metadata())))
+        except Exception:  # noqa: BLE001 - then the status is read the ordinary way
+            log.debug("could not keep the first status of a call", exc_info=True)
 
     call.add_done_callback(done)
     return box
