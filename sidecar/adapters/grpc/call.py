@@ -105,6 +105,8 @@ class Attempter:
             self.deadline_header,
             None if timeout is None else max(0, int(timeout * 1000)),
         )
+        if cmd.attempt > 1:
+            self.obs.set_attempt_attribute(cmd.attempt, "previous-rpc-attempts", cmd.previous_attempts)  # A45
         writer: asyncio.Task[None] | None = None
         if isinstance(self.request, bytes):
             call = self.channels.unary_stream(cmd.endpoint, self.method)(

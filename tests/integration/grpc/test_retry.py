@@ -235,6 +235,7 @@ async def test_one_call_span_with_a_child_span_per_attempt(up: GrpcUpstream) -> 
         assert request.attributes["rpc.grpc.status_code"] == 0
         attempts = sc.spans.attempts()
         assert [a.attributes["rpc.grpc.status_code"] for a in attempts] == [14, 0]
+        assert [a.attributes.get("previous-rpc-attempts") for a in attempts] == [None, 1]
         assert all(a.parent.span_id == request.context.span_id for a in attempts)
         assert up.calls[1].metadata["traceparent"].split("-")[1] == format(request.context.trace_id, "032x")
 
