@@ -6,8 +6,9 @@ an :class:`Attempter` (how to send one attempt over its protocol) and a :class:`
 :class:`Delivery`: the engine's ``Finish`` and the payload of the attempt to deliver, if any.
 
 Two ways to run, one set of rules:
-* a retrying call has at most one attempt in flight, so the attempt runs inline in the caller's task under
-  an ``asyncio.timeout_at`` for the engine's next wake (no task per attempt on the hot path);
+* a retrying call has at most one attempt in flight, so the attempt runs inline in the caller's task,
+  interrupted at the engine's next wake by the loop's shared timer heap (``timers.py``): no task and no
+  loop timer per request on the hot path;
 * a hedging call runs each attempt in its own task and waits for the first of: a result, the wake time.
 Every payload that is not delivered is handed back to ``Attempter.discard`` (connections returned/closed).
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,6 +39,7 @@ from .policy import (
     Wake,
 )
 from .policy.events import BUFFER_EXCEEDED
+from .timers import timers_for
 
 log = logging.getLogger("sidecar.runtime")
 INF = math.inf
@@ -120,15 +122,12 @@ class Delivery:
     payload: Any = None
 
 
-def drive(
-    call: Call, attempter: Attempter, observer: CallObserver = NULL_OBSERVER
-) -> Coroutine[Any, Any, Delivery]:
-    """Run ``call`` to its ``Finish`` (``await drive(...)``). Cancelling the awaiting task (client gone)
-    cancels the attempts. A plain function returning the driver's coroutine: one frame less per request."""
+async def drive(call: Call, attempter: Attempter, observer: CallObserver = NULL_OBSERVER) -> Delivery:
+    """Run ``call`` to its ``Finish``. Cancelling the awaiting task (client gone) cancels the attempts."""
     driver = _Driver(call, attempter, observer, asyncio.get_running_loop())
     if call.hedging is None:
-        return driver.run_inline()
-    return driver.run_tasks()
+        return await driver.run_inline()
+    return await driver.run_tasks()
 
 
 class _Driver:
@@ -143,8 +142,6 @@ class _Driver:
         "tasks",
         "results",
         "poke",
-        "task",
-        "fired",
     )
 
     def __init__(self, call: Call, attempter: Attempter, observer: CallObserver, loop) -> None:  # noqa: ANN001
@@ -158,8 +155,6 @@ class _Driver:
         self.tasks: dict[int, asyncio.Task[AttemptResult]] = {}
         self.results: list[tuple[int, AttemptResult]] = []
         self.poke: asyncio.Future[None] | None = None
-        self.task: asyncio.Task[Any] | None = None  # inline mode: the task running the call
-        self.fired = False
 
     # -- command execution ----------------------------------------------------------------------------
     def feed(self, event: Any, now: float | None = None) -> list[SendAttempt]:
@@ -221,59 +216,60 @@ class _Driver:
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as e:
-            log.exception("attempt %d to %s failed unexpectedly", cmd.attempt, cmd.endpoint)
-            return AttemptResult(Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}"))
+            return self._bug(cmd, e)
+
+    def _bug(self, cmd: SendAttempt, e: Exception) -> AttemptResult:
+        log.error("attempt %d to %s failed unexpectedly", cmd.attempt, cmd.endpoint, exc_info=e)
+        return AttemptResult(Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}"))
 
     # -- one attempt at a time, inline ----------------------------------------------------------------
-    def _fire(self) -> None:
-        """The engine's wake time came while an inline attempt was out: abandon it (like timeout_at)."""
-        self.fired = True
-        self.task.cancel()  # type: ignore[union-attr]
-
     async def run_inline(self) -> Delivery:
+        """Retrying calls: the attempt runs in the caller's task. The engine's wake time (per-try timeout,
+        deadline) interrupts it the way ``asyncio.timeout`` does (``task.cancel()``, then ``uncancel()``), but
+        on the loop's shared timer heap: no loop timer is armed per request."""
         loop = self.loop
-        attempter = self.attempter
-        observer = self.observer
+        timers = timers_for(loop)
+        task = asyncio.current_task()
+        assert task is not None
+        fired = False
+
+        def interrupt() -> None:
+            nonlocal fired
+            fired = True
+            task.cancel()
+
         sends = self.feed(START)
         try:
             while self.finish is None:
+                wake = self.wake
                 if sends:
                     cmd = sends[0]
-                    wake = self.wake
-                    ctx = AttemptContext(cmd, observer.attempt_started(cmd), self)
-                    handle = None
-                    if wake != INF:
-                        # A bare timer rather than asyncio.timeout_at: the same semantics (cancel the task,
-                        # tell our cancellation from anyone else's) at a fraction of the cost per attempt.
-                        task = self.task
-                        if task is None:
-                            task = self.task = asyncio.current_task()
-                        cancelling = task.cancelling()  # type: ignore[union-attr]
-                        self.fired = False
-                        handle = loop.call_at(wake, self._fire)
+                    headers = self.observer.attempt_started(cmd)
+                    entry = timers.call_at(wake, interrupt) if wake != INF else None
                     try:
-                        result = await attempter.send(cmd, ctx)
+                        result = await self.attempter.send(cmd, AttemptContext(cmd, headers, self))
                     except asyncio.CancelledError:
-                        if handle is None or not self.fired or self.task.uncancel() > cancelling:  # type: ignore[union-attr]
+                        if not fired:
                             raise
-                        # The engine's timer fired mid-attempt (per-try timeout or deadline): the
-                        # attempt is already abandoned; the engine decides what follows.
+                        # The engine's timer fired mid-attempt (per-try timeout or deadline): the attempt
+                        # is abandoned; the engine decides what follows.
+                        fired = False
+                        task.uncancel()
                         sends = self.feed(TICK, max(loop.time(), wake))
                         continue
                     except (KeyboardInterrupt, SystemExit):
                         raise
                     except Exception as e:
-                        log.exception("attempt %d to %s failed unexpectedly", cmd.attempt, cmd.endpoint)
-                        result = AttemptResult(
-                            Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}")
-                        )
+                        result = self._bug(cmd, e)
                     finally:
-                        if handle is not None:
-                            handle.cancel()
+                        if entry is not None:
+                            timers.cancel(entry)
+                    if fired:  # fired after the attempt finished, before we got here: too late to matter
+                        fired = False
+                        task.uncancel()
                     self._record(cmd.attempt, result)
                     sends = self.feed(AttemptEnded(cmd.attempt, result.outcome))
                 else:
-                    wake = self.wake
                     if wake == INF:  # pragma: no cover - the engine always has a next step
                         raise RuntimeError("engine stalled: nothing in flight and no wake time")
                     await asyncio.sleep(max(0.0, wake - loop.time()))

@@ -43,7 +43,7 @@ class HttpListener:
         self.replay_limit = max(
             (DEFAULT_REPLAY_BUFFER if v is None else v for v in limits), default=DEFAULT_REPLAY_BUFFER
         )
-        self._rejected = services.telemetry.metrics.rejected
+        self._rejected = services.telemetry.metrics.listener(config.name)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -97,7 +97,7 @@ class HttpListener:
             self._drained.set()
 
     def refused(self, status: int) -> None:
-        self._rejected.labels(self.name, str(status)).inc()
+        self._rejected.reject(str(status))
 
     def _sweep(self) -> None:
         now = self.loop.time()
