@@ -87,10 +87,9 @@ async def serve(config: Config) -> None:
     app = App(config)
     await app.start()
     # Everything built so far lives as long as the process: keep the cyclic GC from scanning it again and
-    # again, and let it run less often (per-request garbage is mostly freed by reference counting).
+    # again (its thresholds stay: rarer, larger collections showed in the p99 at 1,000 requests/s).
     gc.collect()
     gc.freeze()
-    gc.set_threshold(10_000, 20, 20)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
