@@ -276,3 +276,18 @@ async def test_random_bytes_never_hurt_other_connections(client, upstream) -> No
         async with client.get(sc.url + "/last") as r:
             assert r.status == 200
     assert upstream.received[0].path == "/first" and upstream.received[-1].path == "/last"
+
+
+async def test_max_connections_makes_requests_wait_for_a_pooled_connection(client, upstream) -> None:
+    upstream.then(Fault(200, delay=0.1, body=b"a"), Fault(200, delay=0.1, body=b"b"))
+    cfg = config([upstream.endpoint])
+    cfg["upstreams"]["api"]["max_connections"] = 1
+    async with sidecar(cfg) as sc:
+
+        async def get(path: str) -> bytes:
+            async with client.get(sc.url + path) as r:
+                return await r.read()
+
+        bodies = await asyncio.gather(get("/1"), get("/2"), get("/3"))
+    assert sorted(bodies) == [b"a", b"b", b"ok\n"]
+    assert len({s.peer for s in upstream.received}) == 1  # one connection, taken in turn
