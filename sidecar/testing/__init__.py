@@ -1,0 +1,1 @@
+"""Fault-injecting test upstreams shared by tests, the demo and benchmarks."""
