@@ -161,10 +161,8 @@ async def forward(up: Upstream, msg: wire.Msg, cmd: Command) -> bytes | None:
     loop = asyncio.get_running_loop()
     now = loop.time()
     policy = up.policy
-    if cmd.max_time_ms is not None:
-        deadline = now + cmd.max_time_ms / 1000.0
-    else:
-        deadline = now + policy.engine.deadline
+    timeout = cmd.max_time_ms / 1000.0 if cmd.max_time_ms is not None else policy.engine.deadline
+    deadline = now + timeout
     candidates: list[str] | None = None
     max_attempts: int | None = None
     pinned: str | None = None
