@@ -407,7 +407,7 @@ def _camel(key: str) -> str:
     if "_" not in key:
         return key
     head, *rest = key.split("_")
-    return head + "".join(p.title() for p in rest)
+    return head + "".join(p.upper() if p == "ms" else p.title() for p in rest)  # block_time_ms: blockTimeMS
 
 
 class TestReplicaSet:
