@@ -12,6 +12,7 @@ what came back                                            class               ex
 ``RetryableError``                                         unavailable
 ``RetryableWriteError`` to a retryable write               unavailable
 a retryable read error code to a retryable read            unavailable
+"not primary" (10107, 13435, 10058) to any command       unavailable         refused before it ran
 ``MaxTimeMSExpired`` (50) to a command with maxTimeMS      timeout             deadline expired upstream
 anything else                                              fatal               passed to the app unchanged
 connection or handshake to the upstream failed             connect-failure     nothing was sent
@@ -43,6 +44,8 @@ RETRYABLE_READ_CODES = frozenset(
     {11600, 11602, 10107, 13435, 13436, 189, 91, 7, 6, 89, 9001, 262, 134, 10058}
 )
 MAX_TIME_EXPIRED = 50
+#: "not primary": the server refused the command before running it, so any command may go elsewhere.
+NOT_PRIMARY_CODES = frozenset({10107, 13435, 10058})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +83,10 @@ def classify_reply(doc: Mapping[str, Any], cmd: Command, max_time_sent: bool) ->
     if code == MAX_TIME_EXPIRED and max_time_sent:
         return Outcome(C.TIMEOUT, deadline_expired=True, prefer_previous=prefer_previous, detail=detail)
     retryable = RETRYABLE_LABEL in labels
-    classic = (cmd.retryable_write and RETRYABLE_WRITE_LABEL in labels) or (
-        cmd.retryable_read and code in RETRYABLE_READ_CODES
+    classic = (
+        (cmd.retryable_write and RETRYABLE_WRITE_LABEL in labels)
+        or (cmd.retryable_read and code in RETRYABLE_READ_CODES)
+        or (code in NOT_PRIMARY_CODES and not cmd.in_transaction)
     )
     if OVERLOADED_LABEL in labels and (retryable or classic):
         return Outcome(

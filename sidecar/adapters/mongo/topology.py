@@ -153,7 +153,7 @@ class Topology:
         before = (s.kind, self.primary)
         if reply is None or reply.get("ok") != 1:
             if s.kind != "unknown":
-                log.warning("upstream %s: %s is unreachable: %s", self.name, endpoint, err)
+                log.warning("upstream %s: %s is unusable: %s", self.name, endpoint, err)
             s.kind, s.error, s.hello = "unknown", err or "hello failed", {}
         else:
             s.hello, s.error = reply, None
