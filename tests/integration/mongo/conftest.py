@@ -30,7 +30,14 @@ def config(
         "policies": {"p": pol},
         "upstreams": {"db": {"endpoints": endpoints, **(upstream or {})}},
         "listeners": [
-            {"name": "mongo", "protocol": "mongodb", "listen": "127.0.0.1:0", "upstream": "db", "policy": "p", **(listener or {})}
+            {
+                "name": "mongo",
+                "protocol": "mongodb",
+                "listen": "127.0.0.1:0",
+                "upstream": "db",
+                "policy": "p",
+                **(listener or {}),
+            }
         ],
     }
 
@@ -42,16 +49,22 @@ class Sidecar:
         self.host, self.port = app.address("mongo")
 
     def uri(self, options: str = NO_DRIVER_RETRIES) -> str:
-        return f"mongodb://{self.host}:{self.port}/?{options}" if options else f"mongodb://{self.host}:{self.port}/"
+        return (
+            f"mongodb://{self.host}:{self.port}/?{options}"
+            if options
+            else f"mongodb://{self.host}:{self.port}/"
+        )
 
     def client(self, options: str = NO_DRIVER_RETRIES, **kwargs: Any) -> pymongo.MongoClient:
         return pymongo.MongoClient(self.uri(options), serverSelectionTimeoutMS=5000, **kwargs)
 
 
 @contextlib.asynccontextmanager
-async def sidecar(cfg: dict[str, Any], rand: Callable[[], float] = lambda: 0.0) -> AsyncIterator[Sidecar]:
+async def sidecar(
+    cfg: dict[str, Any], rand: Callable[[], float] = lambda: 0.0, environ: dict[str, str] | None = None
+) -> AsyncIterator[Sidecar]:
     spans = InMemorySpanExporter()
-    async with App(load_dict(cfg, {}), rand=rand, span_exporter=spans) as app:
+    async with App(load_dict(cfg, environ or {}), rand=rand, span_exporter=spans) as app:
         yield Sidecar(app, spans)
 
 

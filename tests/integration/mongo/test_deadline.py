@@ -48,7 +48,9 @@ async def test_an_expired_deadline_is_code_50_and_never_reaches_the_upstream() -
             client = sc.client()
             try:
                 with pytest.raises(OperationFailure) as e:
-                    await in_thread(lambda: client.test.command("insert", "c", documents=[{"a": 1}], maxTimeMS=200))
+                    await in_thread(
+                        lambda: client.test.command("insert", "c", documents=[{"a": 1}], maxTimeMS=200)
+                    )
             finally:
                 client.close()
     assert e.value.code == 50

@@ -14,7 +14,9 @@ from .conftest import OVERLOAD, config, in_thread, sidecar
 async def test_get_more_goes_to_the_server_that_opened_the_cursor() -> None:
     shared = Storage()  # two routers over the same data; cursors live in each router
     async with MongoTestServer("mongos", storage=shared) as a, MongoTestServer("mongos", storage=shared) as b:
-        async with sidecar(config([a.endpoint, b.endpoint]), rand=__import__("random").Random(3).random) as sc:
+        async with sidecar(
+            config([a.endpoint, b.endpoint]), rand=__import__("random").Random(3).random
+        ) as sc:
             client = sc.client()
             try:
                 await in_thread(lambda: client.test.c.insert_many([{"i": i} for i in range(10)]))
@@ -35,7 +37,9 @@ async def test_get_more_goes_to_the_server_that_opened_the_cursor() -> None:
 async def test_a_transaction_stays_on_one_router_and_its_statements_are_not_retried() -> None:
     shared = Storage()
     async with MongoTestServer("mongos", storage=shared) as a, MongoTestServer("mongos", storage=shared) as b:
-        async with sidecar(config([a.endpoint, b.endpoint]), rand=__import__("random").Random(1).random) as sc:
+        async with sidecar(
+            config([a.endpoint, b.endpoint]), rand=__import__("random").Random(1).random
+        ) as sc:
             client = sc.client()
 
             def transaction() -> None:
@@ -59,7 +63,10 @@ async def test_a_transaction_stays_on_one_router_and_its_statements_are_not_retr
                 if c.name in ("insert", "find", "commitTransaction") and c.body.get("autocommit") is False:
                     txn = c.body["txnNumber"]
                     other = b if server is a else a
-                    assert not any(o.body.get("txnNumber") == txn and o.body.get("lsid") == c.body["lsid"] for o in other.commands())
+                    assert not any(
+                        o.body.get("txnNumber") == txn and o.body.get("lsid") == c.body["lsid"]
+                        for o in other.commands()
+                    )
         assert e.value.has_error_label("RetryableError")  # labels kept: the sidecar did not retry it
         assert a.count("insert") + b.count("insert") == 4 * 2 + 1
 

@@ -149,7 +149,10 @@ async def test_backoff_follows_the_formula_with_the_injected_jitter() -> None:
         finally:
             client.close()
         spans = [s for s in sc.spans.get_finished_spans() if s.attributes.get("sidecar.attempt")]
-        waits = [s.attributes.get("sidecar.backoff_ms") for s in sorted(spans, key=lambda s: s.attributes["sidecar.attempt"])]
+        waits = [
+            s.attributes.get("sidecar.backoff_ms")
+            for s in sorted(spans, key=lambda s: s.attributes["sidecar.attempt"])
+        ]
         assert waits[:5] == pytest.approx([10.0, 20.0, 40.0, 80.0, 160.0])
         times = [c.t for c in up.commands("find")]
         gaps = [b - a for a, b in zip(times, times[1:], strict=False)]

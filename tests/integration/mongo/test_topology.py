@@ -28,7 +28,9 @@ async def test_the_sidecar_answers_hello_itself_as_a_mongos_with_the_lowest_upst
     assert hello["msg"] == "isdbgrid" and hello["isWritablePrimary"] is True
     assert hello["maxWireVersion"] == 17 and hello["logicalSessionTimeoutMinutes"] == 30
     assert "topologyVersion" not in hello and "compression" not in hello
-    assert not any(c.name == "hello" and "client" in c.body and "pymongo" in str(c.body["client"]) for c in a.log)
+    assert not any(
+        c.name == "hello" and "client" in c.body and "pymongo" in str(c.body["client"]) for c in a.log
+    )
 
 
 async def test_the_sidecar_handshakes_upstream_with_backpressure() -> None:
