@@ -71,7 +71,7 @@ async def test_a_bad_message_closes_only_its_connection(case: str, caplog: pytes
             assert answer == b""  # closed, nothing sent back
             assert await in_thread(lambda: client.test.c.count_documents({})) == 1
         finally:
-            client.close()
+            await in_thread(client.close)
     assert any("closing the connection" in r.getMessage() for r in caplog.records), caplog.text
 
 
@@ -114,5 +114,5 @@ async def test_an_unacknowledged_write_gets_no_reply_and_reaches_the_upstream() 
             await in_thread(lambda: client.test.c.insert_one({"a": 1}))
             await up.wait_for(lambda s: s.count("insert") == 1)
         finally:
-            client.close()
+            await in_thread(client.close)
         assert up.commands("insert")[0].body["writeConcern"] == {"w": 0}

@@ -17,7 +17,7 @@ async def test_each_attempt_carries_the_time_that_remains() -> None:
         try:
             await in_thread(lambda: client.test.c.find_one({}, max_time_ms=5000))
         finally:
-            client.close()
+            await in_thread(client.close)
         sent = [c.body["maxTimeMS"] for c in up.commands("find")]
         assert len(sent) == 3
         assert all(0 < ms <= 5000 for ms in sent)
@@ -34,7 +34,7 @@ async def test_a_policy_deadline_adds_max_time_to_commands_without_one() -> None
             try:
                 await in_thread(lambda: client.test.c.find_one())
             finally:
-                client.close()
+                await in_thread(client.close)
     (find,) = up.commands("find")
     assert 0 < find.body["maxTimeMS"] <= 3000
 
@@ -52,7 +52,7 @@ async def test_an_expired_deadline_is_code_50_and_never_reaches_the_upstream() -
                         lambda: client.test.command("insert", "c", documents=[{"a": 1}], maxTimeMS=200)
                     )
             finally:
-                client.close()
+                await in_thread(client.close)
     assert e.value.code == 50
     assert all(m.count("insert") == 0 for m in rs.members)
 
@@ -66,7 +66,7 @@ async def test_the_deadline_passing_during_an_attempt_answers_code_50() -> None:
                 await in_thread(lambda: client.test.c.find_one({}, max_time_ms=150))
             assert await in_thread(lambda: client.test.c.find_one()) is None  # the sidecar is fine
         finally:
-            client.close()
+            await in_thread(client.close)
     assert e.value.code == 50
 
 
@@ -79,6 +79,6 @@ async def test_a_backoff_that_would_cross_the_deadline_returns_the_current_error
             with pytest.raises(OperationFailure) as e:
                 await in_thread(lambda: client.test.c.find_one({}, max_time_ms=50))
         finally:
-            client.close()
+            await in_thread(client.close)
     assert up.count("find") == 1
     assert e.value.code == 462

@@ -24,7 +24,7 @@ async def test_get_more_goes_to_the_server_that_opened_the_cursor() -> None:
                     docs = await in_thread(lambda: list(client.test.c.find().batch_size(3)))
                     assert len(docs) == 10
             finally:
-                client.close()
+                await in_thread(client.close)
         assert a.count("find") + b.count("find") == 6
         assert a.count("find") and b.count("find")  # both routers served cursors
         for server in (a, b):
@@ -57,7 +57,7 @@ async def test_a_transaction_stays_on_one_router_and_its_statements_are_not_retr
                 with pytest.raises(OperationFailure) as e:
                     await in_thread(transaction)
             finally:
-                client.close()
+                await in_thread(client.close)
         for server in (a, b):
             for c in server.commands():
                 if c.name in ("insert", "find", "commitTransaction") and c.body.get("autocommit") is False:
@@ -72,10 +72,13 @@ async def test_a_transaction_stays_on_one_router_and_its_statements_are_not_retr
 
 
 async def test_end_sessions_is_answered_and_reaches_every_server() -> None:
-    async with MongoTestServer("mongos") as a, MongoTestServer("mongos") as b:
-        async with sidecar(config([a.endpoint, b.endpoint])) as sc:
-            client = sc.client()
-            await in_thread(lambda: client.test.c.find_one())
-            await in_thread(client.close)  # sends endSessions
-            for s in (a, b):
-                await s.wait_for(lambda s: s.count("endSessions") >= 1)
+    async with (
+        MongoTestServer("mongos") as a,
+        MongoTestServer("mongos") as b,
+        sidecar(config([a.endpoint, b.endpoint])) as sc,
+    ):
+        client = sc.client()
+        await in_thread(lambda: client.test.c.find_one())
+        await in_thread(client.close)  # sends endSessions
+        for s in (a, b):
+            await s.wait_for(lambda s: s.count("endSessions") >= 1)

@@ -27,7 +27,7 @@ async def test_overloaded_twice_then_success_is_one_call_for_the_app(op: str) ->
         try:
             await in_thread(lambda: run(client.test))
         finally:
-            client.close()
+            await in_thread(client.close)
         assert up.count(names[0]) == 3
 
 
@@ -38,7 +38,7 @@ async def test_a_generic_command_is_retried_too() -> None:
         try:
             reply = await in_thread(lambda: client.admin.command("ping"))
         finally:
-            client.close()
+            await in_thread(client.close)
         assert reply["ok"] == 1.0
         assert up.count("ping") == 3
 
@@ -63,7 +63,7 @@ async def test_overloaded_on_every_attempt_gives_six_attempts_and_an_error_witho
             with pytest.raises(OperationFailure) as e:
                 await in_thread(lambda: client.test.c.find_one())
         finally:
-            client.close()
+            await in_thread(client.close)
         assert up.count("find") == 6
         assert e.value.code == 462
         assert e.value.has_error_label("SystemOverloadedError")
@@ -81,7 +81,7 @@ async def test_final_error_labels_keep_leaves_the_labels() -> None:
                 with pytest.raises(OperationFailure) as e:
                     await in_thread(lambda: client.test.c.find_one())
             finally:
-                client.close()
+                await in_thread(client.close)
     assert up.count("find") == 2
     assert e.value.has_error_label("RetryableError")
 
@@ -96,7 +96,7 @@ async def test_a_backpressure_aware_driver_with_its_defaults_does_not_multiply_a
             with pytest.raises(OperationFailure):
                 await in_thread(lambda: client.test.c.insert_one({"a": 1}))
         finally:
-            client.close()
+            await in_thread(client.close)
         assert up.count("find") == 6
         assert up.count("insert") == 6
 
@@ -109,7 +109,7 @@ async def test_a_non_retryable_error_goes_back_unchanged_after_one_attempt() -> 
             with pytest.raises(OperationFailure) as e:
                 await in_thread(lambda: client.test.c.find_one())
         finally:
-            client.close()
+            await in_thread(client.close)
         assert up.count("find") == 1 and e.value.code == 2
 
 
@@ -122,21 +122,24 @@ async def test_a_bucket_of_two_tokens_allows_two_retries() -> None:
             with pytest.raises(OperationFailure):
                 await in_thread(lambda: client.test.c.find_one())
         finally:
-            client.close()
+            await in_thread(client.close)
         assert up.count("find") == 3
 
 
 async def test_the_retry_goes_to_the_other_mongos() -> None:
-    async with MongoTestServer("mongos") as a, MongoTestServer("mongos") as b:
-        # rand = 0 makes the first pick the first router, which is overloaded
-        async with sidecar(config([a.endpoint, b.endpoint])) as sc:
-            a.fail_command(["find"], **OVERLOAD)
-            client = sc.client()
-            try:
-                await in_thread(lambda: client.test.c.find_one())
-            finally:
-                client.close()
-            assert a.count("find") == 1 and b.count("find") == 1
+    # rand = 0 makes the first pick the first router, which is overloaded
+    async with (
+        MongoTestServer("mongos") as a,
+        MongoTestServer("mongos") as b,
+        sidecar(config([a.endpoint, b.endpoint])) as sc,
+    ):
+        a.fail_command(["find"], **OVERLOAD)
+        client = sc.client()
+        try:
+            await in_thread(lambda: client.test.c.find_one())
+        finally:
+            await in_thread(client.close)
+        assert a.count("find") == 1 and b.count("find") == 1
 
 
 async def test_backoff_follows_the_formula_with_the_injected_jitter() -> None:
@@ -147,7 +150,7 @@ async def test_backoff_follows_the_formula_with_the_injected_jitter() -> None:
         try:
             await in_thread(lambda: client.test.c.find_one())
         finally:
-            client.close()
+            await in_thread(client.close)
         spans = [s for s in sc.spans.get_finished_spans() if s.attributes.get("sidecar.attempt")]
         waits = [
             s.attributes.get("sidecar.backoff_ms")
@@ -167,25 +170,28 @@ async def test_a_server_sent_base_backoff_replaces_the_base() -> None:
         try:
             await in_thread(lambda: client.test.c.find_one())
         finally:
-            client.close()
+            await in_thread(client.close)
         spans = [s for s in sc.spans.get_finished_spans() if s.attributes.get("sidecar.backoff_ms")]
         waits = sorted(s.attributes["sidecar.backoff_ms"] for s in spans)
         assert waits == pytest.approx([2.0, 4.0])  # 0.5 * 4 ms * 2^i
 
 
 async def test_no_writes_performed_on_the_retry_returns_the_earlier_error() -> None:
-    async with MongoTestServer("mongos") as a, MongoTestServer("mongos") as b:
-        async with sidecar(config([a.endpoint, b.endpoint])) as sc:
-            a.fail_command(["insert"], **OVERLOAD)
-            b.fail_command(["insert"], error_code=91, error_labels=["NoWritesPerformed"])
-            client = sc.client()
-            try:
-                with pytest.raises(OperationFailure) as e:
-                    await in_thread(lambda: client.test.c.insert_one({"a": 1}))
-            finally:
-                client.close()
-            assert a.count("insert") == 1 and b.count("insert") == 1
-            assert e.value.code == 462  # the first error, not the NoWritesPerformed one
+    async with (
+        MongoTestServer("mongos") as a,
+        MongoTestServer("mongos") as b,
+        sidecar(config([a.endpoint, b.endpoint])) as sc,
+    ):
+        a.fail_command(["insert"], **OVERLOAD)
+        b.fail_command(["insert"], error_code=91, error_labels=["NoWritesPerformed"])
+        client = sc.client()
+        try:
+            with pytest.raises(OperationFailure) as e:
+                await in_thread(lambda: client.test.c.insert_one({"a": 1}))
+        finally:
+            await in_thread(client.close)
+        assert a.count("insert") == 1 and b.count("insert") == 1
+        assert e.value.code == 462  # the first error, not the NoWritesPerformed one
 
 
 async def test_a_retried_insert_is_applied_once() -> None:
@@ -197,7 +203,7 @@ async def test_a_retried_insert_is_applied_once() -> None:
             await in_thread(lambda: client.test.c.insert_one({"a": 1}))
             assert await in_thread(lambda: client.test.c.count_documents({})) == 1
         finally:
-            client.close()
+            await in_thread(client.close)
         inserts = up.commands("insert")
         assert len(inserts) == 2
         first, second = (c.body for c in inserts)
@@ -212,7 +218,7 @@ async def test_retries_are_byte_identical_apart_from_max_time() -> None:
         try:
             await in_thread(lambda: client.test.c.update_one({"a": 1}, {"$set": {"b": 2}}, upsert=True))
         finally:
-            client.close()
+            await in_thread(client.close)
         bodies = [c.body for c in up.commands("update")]
         assert len(bodies) == 3 and bodies[0] == bodies[1] == bodies[2]
         assert up.handlers.applied_writes == 1

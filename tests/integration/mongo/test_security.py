@@ -32,7 +32,7 @@ async def test_scram_credentials_from_the_environment(
                     await in_thread(lambda: client.test.c.insert_one({"a": 1}))
                     assert await in_thread(lambda: client.test.c.count_documents({})) == 1
                 finally:
-                    client.close()
+                    await in_thread(client.close)
     assert up.count("saslStart") >= 1
     assert SECRET not in caplog.text
 
@@ -47,7 +47,7 @@ async def test_wrong_credentials_reach_the_app_as_a_clear_error(caplog: pytest.L
                     with pytest.raises(OperationFailure) as e:
                         await in_thread(lambda: client.test.c.find_one())
                 finally:
-                    client.close()
+                    await in_thread(client.close)
     assert e.value.code == 18 and "upstream 'db'" in str(e.value)
     assert up.count("find") == 0
     assert "wrong-password" not in caplog.text and "wrong-password" not in str(e.value)
@@ -86,13 +86,15 @@ async def test_tls_to_the_upstream_verified_against_a_ca_file(certificate: tuple
     cert, key = certificate
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
-    async with MongoTestServer("mongos", ssl_context=ctx) as up:
-        async with sidecar(config([up.endpoint], upstream={"tls": {"ca_file": str(cert)}})) as sc:
-            client = sc.client()
-            try:
-                await in_thread(lambda: client.test.c.insert_one({"a": 1}))
-            finally:
-                client.close()
+    async with (
+        MongoTestServer("mongos", ssl_context=ctx) as up,
+        sidecar(config([up.endpoint], upstream={"tls": {"ca_file": str(cert)}})) as sc,
+    ):
+        client = sc.client()
+        try:
+            await in_thread(lambda: client.test.c.insert_one({"a": 1}))
+        finally:
+            await in_thread(client.close)
     assert up.count("insert") == 1
 
 
@@ -100,13 +102,15 @@ async def test_tls_with_an_unknown_ca_fails_as_a_connect_failure(certificate: tu
     cert, key = certificate
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
-    async with MongoTestServer("mongos", ssl_context=ctx) as up:
-        async with sidecar(config([up.endpoint], upstream={"tls": {}})) as sc:  # system CAs only
-            client = sc.client()
-            try:
-                with pytest.raises(OperationFailure) as e:
-                    await in_thread(lambda: client.test.c.find_one())
-            finally:
-                client.close()
+    async with (
+        MongoTestServer("mongos", ssl_context=ctx) as up,
+        sidecar(config([up.endpoint], upstream={"tls": {}})) as sc,
+    ):  # system CAs only
+        client = sc.client()
+        try:
+            with pytest.raises(OperationFailure) as e:
+                await in_thread(lambda: client.test.c.find_one())
+        finally:
+            await in_thread(client.close)
     assert e.value.code == 133 and "CERTIFICATE_VERIFY_FAILED" in str(e.value)
     assert up.count("find") == 0

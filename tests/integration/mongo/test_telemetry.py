@@ -16,7 +16,7 @@ async def test_one_span_per_attempt_with_database_attributes() -> None:
         try:
             await in_thread(lambda: client.shop.orders.find_one())
         finally:
-            client.close()
+            await in_thread(client.close)
         spans = sc.spans.get_finished_spans()
     (request,) = [s for s in spans if s.kind is SpanKind.SERVER and s.name == "find orders"]
     attempts = sorted(

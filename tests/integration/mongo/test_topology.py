@@ -17,14 +17,17 @@ from .conftest import OVERLOAD, config, in_thread, sidecar
 
 
 async def test_the_sidecar_answers_hello_itself_as_a_mongos_with_the_lowest_upstream_limits() -> None:
-    async with MongoTestServer("mongos", max_wire_version=17) as a, MongoTestServer("mongos") as b:
-        async with sidecar(config([a.endpoint, b.endpoint])) as sc:
-            client = sc.client()
-            try:
-                hello = await in_thread(lambda: client.admin.command("hello"))
-                assert await in_thread(lambda: client.topology_description.topology_type_name) == "Sharded"
-            finally:
-                client.close()
+    async with (
+        MongoTestServer("mongos", max_wire_version=17) as a,
+        MongoTestServer("mongos") as b,
+        sidecar(config([a.endpoint, b.endpoint])) as sc,
+    ):
+        client = sc.client()
+        try:
+            hello = await in_thread(lambda: client.admin.command("hello"))
+            assert await in_thread(lambda: client.topology_description.topology_type_name) == "Sharded"
+        finally:
+            await in_thread(client.close)
     assert hello["msg"] == "isdbgrid" and hello["isWritablePrimary"] is True
     assert hello["maxWireVersion"] == 17 and hello["logicalSessionTimeoutMinutes"] == 30
     assert "topologyVersion" not in hello and "compression" not in hello
@@ -39,7 +42,7 @@ async def test_the_sidecar_handshakes_upstream_with_backpressure() -> None:
         try:
             await in_thread(lambda: client.test.c.find_one())
         finally:
-            client.close()
+            await in_thread(client.close)
     handshakes = [c for c in up.commands("hello", include_hello=True) if "client" in c.body]
     assert handshakes and all(c.body["backpressure"] is True for c in handshakes)
     assert handshakes[0].body["client"]["driver"]["name"] == "retry-sidecar"
@@ -73,7 +76,7 @@ async def test_authentication_from_the_app_gets_a_clear_error() -> None:
             except pymongo.errors.PyMongoError as e:
                 err = e
         finally:
-            client.close()
+            await in_thread(client.close)
     assert err is not None and "authenticates to the upstream itself" in str(err)
 
 
@@ -88,7 +91,7 @@ async def test_replica_set_writes_go_to_the_primary_and_reads_follow_read_prefer
                 for _ in range(6):
                     await in_thread(lambda: coll.find_one())
             finally:
-                client.close()
+                await in_thread(client.close)
     primary, *secondaries = rs.members
     assert primary.count("insert") == 1 and primary.count("find") == 0
     assert sum(s.count("find") for s in secondaries) == 6
@@ -104,7 +107,7 @@ async def test_a_write_follows_an_election_to_the_new_primary() -> None:
                 rs.elect(2)
                 await in_thread(lambda: client.test.c.insert_one({"a": 2}))
             finally:
-                client.close()
+                await in_thread(client.close)
     old, _, new = rs.members
     assert old.count("insert") == 2  # the first, and the one that met "not primary"
     assert new.count("insert") == 1
@@ -125,7 +128,7 @@ async def test_an_unreachable_upstream_is_an_overload_error_not_a_dropped_connec
             # the app's view of the sidecar is intact: hello still works on the same client
             assert (await in_thread(lambda: client.admin.command("hello")))["ok"] == 1.0
         finally:
-            client.close()
+            await in_thread(client.close)
     assert err is not None and err.code == 133
     assert err.has_error_label("SystemOverloadedError") and not err.has_error_label("RetryableError")
 
@@ -139,6 +142,6 @@ async def test_overload_on_one_replica_set_member_does_not_move_writes_off_the_p
             try:
                 await in_thread(lambda: client.test.c.insert_one({"a": 1}))
             finally:
-                client.close()
+                await in_thread(client.close)
             await asyncio.sleep(0)
     assert rs.members[0].count("insert") == 2 and rs.members[1].count("insert") == 0
