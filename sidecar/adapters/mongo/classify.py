@@ -51,7 +51,8 @@ NOT_PRIMARY_CODES = frozenset({10107, 13435, 10058})
 @dataclass(frozen=True, slots=True)
 class Failure:
     """No reply: ``stage`` is ``connect`` (connect, TLS, handshake: nothing was sent), ``auth`` (the
-    upstream refused the sidecar's credentials) or ``network`` (broke after the command was sent)."""
+    upstream refused the sidecar's credentials), ``network`` (broke after the command was sent) or
+    ``request`` (the sidecar could not prepare the command)."""
 
     stage: str
     message: str

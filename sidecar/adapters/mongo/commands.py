@@ -111,7 +111,8 @@ def describe(msg: Msg) -> tuple[Command, RawBSONDocument]:
         raise CommandError(f"the {name!r} command could not be read: {e}") from None
 
 
-def _describe(name: str, body: RawBSONDocument, msg: Msg) -> Command:
+def _describe(name: str, raw: RawBSONDocument, msg: Msg) -> Command:
+    body = dict(raw.items())  # one pass over the top level; nested documents stay raw
     db = body.get("$db")
     if not isinstance(db, str) or not db:
         raise CommandError(f"the {name!r} command has no $db")
@@ -171,7 +172,7 @@ def read_preference(doc: Any) -> ReadPreference:
     return ReadPreference(mode, tuple(tags))
 
 
-def _is_retryable_read(name: str, body: RawBSONDocument) -> bool:
+def _is_retryable_read(name: str, body: Mapping[str, Any]) -> bool:
     if name not in READS:
         return False
     if name == "aggregate":
@@ -179,14 +180,14 @@ def _is_retryable_read(name: str, body: RawBSONDocument) -> bool:
     return True
 
 
-def _aggregate_writes(body: RawBSONDocument) -> bool:
+def _aggregate_writes(body: Mapping[str, Any]) -> bool:
     pipeline = body.get("pipeline")
     if not isinstance(pipeline, list):
         return False
     return any(isinstance(stage, Mapping) and ("$out" in stage or "$merge" in stage) for stage in pipeline)
 
 
-def _statements(body: RawBSONDocument, msg: Msg, field: str) -> list[Mapping[str, Any]]:
+def _statements(body: Mapping[str, Any], msg: Msg, field: str) -> list[Mapping[str, Any]]:
     for seq in msg.sequences:
         if seq.identifier == field:
             return [RawBSONDocument(d, RAW) for d in split_documents(seq.raw)]
@@ -194,7 +195,7 @@ def _statements(body: RawBSONDocument, msg: Msg, field: str) -> list[Mapping[str
     return [s for s in value if isinstance(s, Mapping)] if isinstance(value, list) else []
 
 
-def _is_retryable_write(name: str, body: RawBSONDocument, msg: Msg) -> bool:
+def _is_retryable_write(name: str, body: Mapping[str, Any], msg: Msg) -> bool:
     if name in ("insert", "findAndModify"):
         return True
     if name == "update":

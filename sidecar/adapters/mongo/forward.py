@@ -27,7 +27,7 @@ from typing import Any
 
 from bson.raw_bson import RawBSONDocument
 
-from ...policy import SUCCESS, Reason, SendAttempt
+from ...policy import SUCCESS, Outcome, OutcomeClass, Reason, SendAttempt
 from ...policy.deadline import timeout_ms
 from ...runtime import AttemptContext, AttemptResult, Delivery, drive
 from ...services import CompiledPolicy, Services, UpstreamRuntime
@@ -35,7 +35,7 @@ from ...telemetry.observer import RequestObserver
 from . import replies, wire
 from .classify import Failure, classify_failure, classify_reply, labels_of
 from .commands import RAW, Command
-from .patch import set_number
+from .patch import PatchError, set_number
 from .pinning import Pins
 from .topology import Topology, TopologyPicker
 from .upstream import ConnectFailure, Pools
@@ -99,7 +99,11 @@ class Forward:
 
     async def send(self, sa: SendAttempt, ctx: AttemptContext) -> AttemptResult:
         up, cmd = self.up, self.cmd
-        rid, message, max_time = self._message(sa)  # the body was walked once on arrival: no PatchError
+        try:
+            rid, message, max_time = self._message(sa)
+        except PatchError as e:  # bson already read the body whole, so this is not expected
+            f = Failure("request", f"cannot set maxTimeMS on this command: {e}")
+            return AttemptResult(Outcome(OutcomeClass.FATAL, detail=f.message), f)
         pool = up.pools.get(sa.endpoint)
         try:
             conn = await pool.acquire()

@@ -12,7 +12,7 @@ no connection to the upstream could be made             133  FailedToSatisfyRead
 the upstream connection broke after the command went    9001 SocketException
 the upstream refused the sidecar's credentials          18   AuthenticationFailed
 the app tried to authenticate to the sidecar            18   AuthenticationFailed
-a command the sidecar cannot read                       2    BadValue
+a command whose maxTimeMS cannot be set                 2    BadValue
 =====================================================  ====  ================================  ==========================
 
 ``RetryableError`` (and, for retryable writes, ``RetryableWriteError``) are added only with
@@ -59,6 +59,8 @@ def failure_doc(failure: Failure, cmd: Command, upstream: str, attempts: int, ke
     labels: list[str] = []
     if failure.stage == "auth":
         return error_doc(18, "AuthenticationFailed", f"upstream {upstream!r}: {failure.message}")
+    if failure.stage == "request":
+        return error_doc(2, "BadValue", failure.message)
     if cmd.in_transaction:
         labels.append(TRANSIENT)
     if failure.stage == "connect":

@@ -22,7 +22,7 @@ from ...services import Services
 from . import replies, wire
 from .commands import AUTH, HELLO, RAW, CommandError, describe
 from .forward import Upstream, forward
-from .patch import PatchError, find_field
+from .patch import PatchError
 from .pinning import Pins
 from .topology import Topology
 from .upstream import Pools, Settings
@@ -156,7 +156,6 @@ class MongoListener:
             return replies.hello_reply(body, self.up.topology.facts(), conn_id)
         if name in AUTH:
             return replies.error_doc(18, "AuthenticationFailed", _AUTH_REFUSED)
-        find_field(msg.body, b"maxTimeMS")  # the body must be walkable to set maxTimeMS on each attempt
         if name == "endSessions":
             return self._end_sessions(msg, body)
         self._inflight += 1
