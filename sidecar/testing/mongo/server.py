@@ -28,6 +28,7 @@ from bson import CodecOptions
 from bson.objectid import ObjectId
 
 from ...adapters.mongo import wire
+from .admission import REJECTION, IngressRateLimiter
 from .failpoints import FailCommand, FailPointError
 from .handlers import (
     NO_SECONDARY_OK,
@@ -96,6 +97,7 @@ class MongoTestServer:
         for user, password in (users or {}).items():
             self.add_user(user, password)
         self.fail_point: FailCommand | None = None
+        self.limiter: IngressRateLimiter | None = None  # the ingress request rate limiter, when enabled
         self.log: list[LoggedCommand] = []
         self._changed = asyncio.Condition()
         self._server: asyncio.Server | None = None
@@ -153,6 +155,15 @@ class MongoTestServer:
             spec[_camel(k)] = v
         mode: Any = "alwaysOn" if times is None else {"times": times}
         self.fail_point = FailCommand.from_command({"mode": mode, "data": spec})
+
+    def limit_rate(self, rate: float | None, burst_seconds: float = 0.1) -> None:
+        """Enable (or, with ``None``, disable) the ingress request rate limiter at ``rate`` commands/s."""
+        if rate is None:
+            self.limiter = None
+        elif self.limiter is None:
+            self.limiter = IngressRateLimiter(rate, burst_seconds)
+        else:
+            self.limiter.set_rate(rate, burst_seconds)
 
     def clear_fail_point(self) -> None:
         self.fail_point = None
@@ -241,6 +252,8 @@ class MongoTestServer:
     async def _command(
         self, conn: _Connection, name: str, cmd: Doc, seqs: dict[str, list[Doc]]
     ) -> Doc | object:
+        if self.limiter is not None and name not in _OPEN and not self.limiter.admit():
+            return dict(REJECTION)
         fp = self.fail_point
         if fp is not None and name != "configureFailPoint" and fp.take(name, conn.app_name):
             if fp.exhausted:

@@ -114,3 +114,21 @@ async def test_tls_with_an_unknown_ca_fails_as_a_connect_failure(certificate: tu
             await in_thread(client.close)
     assert e.value.code == 133 and "CERTIFICATE_VERIFY_FAILED" in str(e.value)
     assert up.count("find") == 0
+
+
+async def test_tls_with_a_client_certificate(certificate: tuple[Path, Path]) -> None:
+    cert, key = certificate
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(cert))
+    ctx.load_cert_chain(cert, key)
+    ctx.verify_mode = ssl.CERT_REQUIRED  # the server insists on a client certificate
+    tls = {"ca_file": str(cert), "cert_file": str(cert), "key_file": str(key), "server_name": "localhost"}
+    async with (
+        MongoTestServer("mongos", ssl_context=ctx) as up,
+        sidecar(config([up.endpoint], upstream={"tls": tls})) as sc,
+    ):
+        client = sc.client()
+        try:
+            await in_thread(lambda: client.test.c.insert_one({"a": 1}))
+        finally:
+            await in_thread(client.close)
+    assert up.count("insert") == 1
