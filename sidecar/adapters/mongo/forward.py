@@ -177,6 +177,8 @@ async def forward(up: Upstream, msg: wire.Msg, cmd: Command) -> bytes | None:
         pinned = up.pins.cursor(cmd.cursor_ids, now)
     if pinned is not None:
         candidates = [pinned]
+    # Hedging sends copies at once: only for retryable reads (a narrowed request never hedges).
+    retry_on = policy.engine.retry_on if policy.engine.hedging is not None and not cmd.retryable_read else None
     rp = cmd.read_preference
     topology = up.topology
     if candidates is None and not topology.eligible(rp):
@@ -198,6 +200,7 @@ async def forward(up: Upstream, msg: wire.Msg, cmd: Command) -> bytes | None:
             up.runtime,
             deadline=deadline,
             candidates=candidates,
+            retry_on=retry_on,
             max_attempts=max_attempts,
             picker=TopologyPicker(up.runtime.balancer, lambda: topology.eligible(rp)),
         )

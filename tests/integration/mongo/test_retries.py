@@ -222,3 +222,22 @@ async def test_retries_are_byte_identical_apart_from_max_time() -> None:
         bodies = [c.body for c in up.commands("update")]
         assert len(bodies) == 3 and bodies[0] == bodies[1] == bodies[2]
         assert up.handlers.applied_writes == 1
+
+
+async def test_a_hedging_policy_hedges_reads_but_never_writes() -> None:
+    policy = {"hedging": {"max_attempts": 2, "delay": "0ms"}}
+    async with (
+        MongoTestServer("mongos") as a,
+        MongoTestServer("mongos") as b,
+        sidecar(config([a.endpoint, b.endpoint], policy)) as sc,
+    ):
+        for s in (a, b):
+            s.fail_command(["find", "insert"], times=1, block_connection=True, block_time_ms=50)
+        client = sc.client()
+        try:
+            await in_thread(lambda: client.test.c.find_one())
+            await in_thread(lambda: client.test.c.insert_one({"a": 1}))
+        finally:
+            await in_thread(client.close)
+        assert a.count("find") + b.count("find") == 2  # two copies of the read at once
+        assert a.count("insert") + b.count("insert") == 1
