@@ -33,8 +33,8 @@ class MongoPart:
     @asynccontextmanager
     async def session(self) -> AsyncIterator[tuple[Send, CollectorRegistry]]:
         async with AsyncExitStack() as stack:
-            a = await stack.enter_async_context(MongoTestServer("mongos"))
-            b = await stack.enter_async_context(MongoTestServer("mongos", storage=a.storage))
+            a = await stack.enter_async_context(MongoTestServer("mongos", record=False))
+            b = await stack.enter_async_context(MongoTestServer("mongos", storage=a.storage, record=False))
             a.storage.collection("shop", "orders").insert({"_id": 1, "item": "widget", "qty": 7})
             for r in (a, b):
                 r.limit_rate(RATE)

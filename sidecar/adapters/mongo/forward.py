@@ -178,7 +178,9 @@ async def forward(up: Upstream, msg: wire.Msg, cmd: Command) -> bytes | None:
     if pinned is not None:
         candidates = [pinned]
     # Hedging sends copies at once: only for retryable reads (a narrowed request never hedges).
-    retry_on = policy.engine.retry_on if policy.engine.hedging is not None and not cmd.retryable_read else None
+    retry_on = (
+        policy.engine.retry_on if policy.engine.hedging is not None and not cmd.retryable_read else None
+    )
     rp = cmd.read_preference
     topology = up.topology
     if candidates is None and not topology.eligible(rp):

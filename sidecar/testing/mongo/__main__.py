@@ -13,7 +13,9 @@ from .server import ROLES, MongoTestServer
 
 
 async def _main(args: argparse.Namespace) -> None:
-    server = MongoTestServer(args.role, host=args.host, port=args.port, set_name=args.set_name)
+    server = MongoTestServer(
+        args.role, host=args.host, port=args.port, set_name=args.set_name, record=args.record
+    )
     await server.start()
     print(f"listening on {server.endpoint}", flush=True)
     stop = asyncio.Event()
@@ -31,6 +33,7 @@ def main() -> None:
     p.add_argument("--role", choices=ROLES, default="mongos")
     p.add_argument("--set-name", default=None)
     p.add_argument("--no-uvloop", action="store_true")
+    p.add_argument("--record", action="store_true", help="keep a log of every command (grows without bound)")
     args = p.parse_args()
     if not args.no_uvloop:
         try:

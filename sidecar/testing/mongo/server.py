@@ -76,7 +76,9 @@ class MongoTestServer:
         logical_session_timeout: int = 30,
         tags: Mapping[str, str] | None = None,
         storage: Storage | None = None,
+        record: bool = True,
     ) -> None:
+        """``record=False``: keep no command log (benchmarks, the demo: the log grows with every command)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}")
         self.role = role
@@ -99,7 +101,8 @@ class MongoTestServer:
         self.fail_point: FailCommand | None = None
         self.limiter: IngressRateLimiter | None = None  # the ingress request rate limiter, when enabled
         self.log: list[LoggedCommand] = []
-        self._changed = asyncio.Condition()
+        self.record = record
+        self._waiters: list[asyncio.Future[None]] = []
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.StreamWriter] = set()
         self._conn_ids = itertools.count(1)
@@ -189,8 +192,12 @@ class MongoTestServer:
         return sum(1 for c in self.log if c.name == name)
 
     async def wait_for(self, predicate: Callable[[MongoTestServer], bool], timeout: float = 10.0) -> None:
-        async with asyncio.timeout(timeout), self._changed:
-            await self._changed.wait_for(lambda: predicate(self))
+        """Wait until ``predicate(server)`` holds, checked after each command received."""
+        async with asyncio.timeout(timeout):
+            while not predicate(self):
+                fut = asyncio.get_running_loop().create_future()
+                self._waiters.append(fut)
+                await fut
 
     # -- protocol --------------------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -242,12 +249,14 @@ class MongoTestServer:
         return wire.encode_body_msg(wire.next_request_id(), header.request_id, bson.encode(reply))
 
     def _record(self, conn: _Connection, name: str, cmd: Doc, seqs: dict[str, list[Doc]]) -> None:
+        if not self.record:
+            return
         self.log.append(LoggedCommand(time.monotonic(), name, cmd, conn.id, seqs))
-        asyncio.get_running_loop().create_task(self._notify())
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
 
     async def _command(
         self, conn: _Connection, name: str, cmd: Doc, seqs: dict[str, list[Doc]]
