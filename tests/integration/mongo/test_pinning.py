@@ -82,3 +82,28 @@ async def test_end_sessions_is_answered_and_reaches_every_server() -> None:
         await in_thread(client.close)  # sends endSessions
         for s in (a, b):
             await s.wait_for(lambda s: s.count("endSessions") >= 1)
+
+
+async def test_kill_cursors_goes_to_the_server_that_opened_the_cursor() -> None:
+    shared = Storage()
+    async with (
+        MongoTestServer("mongos", storage=shared) as a,
+        MongoTestServer("mongos", storage=shared) as b,
+        sidecar(config([a.endpoint, b.endpoint]), rand=__import__("random").Random(5).random) as sc,
+    ):
+        client = sc.client()
+
+        def open_and_abandon() -> None:
+            cursor = client.test.c.find().batch_size(2)
+            next(cursor)
+            cursor.close()  # killCursors for a cursor still open on the server
+
+        try:
+            await in_thread(lambda: client.test.c.insert_many([{"i": i} for i in range(10)]))
+            for _ in range(4):
+                await in_thread(open_and_abandon)
+        finally:
+            await in_thread(client.close)
+        for s in (a, b):
+            assert s.count("killCursors") == s.count("find")
+            assert not s.handlers.cursors  # every cursor was killed where it lived

@@ -145,3 +145,16 @@ async def test_overload_on_one_replica_set_member_does_not_move_writes_off_the_p
                 await in_thread(client.close)
             await asyncio.sleep(0)
     assert rs.members[0].count("insert") == 2 and rs.members[1].count("insert") == 0
+
+
+async def test_stopping_lets_a_command_in_flight_finish() -> None:
+    async with MongoTestServer("mongos") as up, sidecar(config([up.endpoint])) as sc:
+        up.fail_command(["find"], times=1, block_connection=True, block_time_ms=300)
+        client = sc.client()
+        try:
+            find = asyncio.ensure_future(in_thread(lambda: client.test.c.find_one({"a": 1})))
+            await up.wait_for(lambda s: s.count("find") == 1)
+            await sc.app.stop(5.0)
+            assert await find is None  # answered (no document), not cut off
+        finally:
+            await in_thread(client.close)
