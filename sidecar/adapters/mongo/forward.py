@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from bson.errors import InvalidBSON
 from bson.raw_bson import RawBSONDocument
 
 from ...policy import SUCCESS, Outcome, OutcomeClass, Reason, SendAttempt
@@ -56,7 +57,7 @@ class Answer:
     body: RawBSONDocument
 
 
-@dataclass
+@dataclass(frozen=True)
 class Upstream:
     """What a listener's requests share about its upstream."""
 
@@ -123,7 +124,7 @@ class Forward:
         except asyncio.CancelledError:
             pool.discard(conn)
             raise
-        except (OSError, asyncio.IncompleteReadError, wire.ProtocolError, Exception) as e:
+        except (OSError, asyncio.IncompleteReadError, wire.ProtocolError, InvalidBSON) as e:
             pool.discard(conn)
             pool.clear()
             f = Failure("network", _describe(e))
