@@ -129,6 +129,10 @@ class MongoListener:
             )
         except (ConnectionError, OSError):
             pass
+        except Exception:  # a bug of ours: this connection ends, the listener goes on
+            log.exception(
+                "mongodb listener %s: internal error on the connection from %s", self.name, _peer(peer)
+            )
         finally:
             self._writers.discard(writer)
             writer.close()

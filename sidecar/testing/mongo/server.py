@@ -219,6 +219,8 @@ class MongoTestServer:
                     await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, wire.ProtocolError, ssl.SSLError):
             pass
+        except Exception:
+            log.exception("test server %s: closing a connection after an unexpected error", self.endpoint)
         finally:
             self._conns.discard(writer)
             writer.close()
