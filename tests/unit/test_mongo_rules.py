@@ -42,6 +42,8 @@ def test_command_facts() -> None:
     assert c.retryable_read and not c.retryable_write and c.span_name() == "find orders"
     g = cmd({"getMore": bson.Int64(2**40), "collection": "orders"})
     assert g.cursor_ids == (2**40,) and g.collection == "orders" and not g.accepts_added_max_time
+    tail = cmd({"getMore": bson.Int64(7), "collection": "orders", "maxTimeMS": 1000})
+    assert tail.max_time_ms is None  # an awaitData wait, not a deadline: neither enforced nor rewritten
 
 
 @pytest.mark.parametrize(

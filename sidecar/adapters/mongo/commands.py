@@ -136,6 +136,8 @@ def _describe(name: str, raw: RawBSONDocument, msg: Msg) -> Command:
             cursor_ids = tuple(int(i) for i in ids if isinstance(i, int))
     mt = body.get("maxTimeMS")
     max_time = int(mt) if isinstance(mt, int | float) and not isinstance(mt, bool) and mt > 0 else None
+    if name == "getMore":
+        max_time = None  # on getMore it is how long an awaitData cursor waits for data, not a deadline
     rp = read_preference(body.get("$readPreference"))
     retryable_read = not in_txn and _is_retryable_read(name, body)
     retryable_write = (

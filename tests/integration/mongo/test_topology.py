@@ -8,6 +8,7 @@ import struct
 
 import bson
 import pymongo
+import pytest
 from pymongo.read_preferences import Secondary
 
 from sidecar.adapters.mongo import wire
@@ -158,3 +159,37 @@ async def test_stopping_lets_a_command_in_flight_finish() -> None:
             assert await find is None  # answered (no document), not cut off
         finally:
             await in_thread(client.close)
+
+
+async def test_connections_the_upstream_closed_while_idle_are_not_reused() -> None:
+    async with MongoTestServer("mongos") as up, sidecar(config([up.endpoint])) as sc:
+        client = sc.client()
+        try:
+            await in_thread(lambda: client.test.c.insert_many([{"a": i} for i in range(3)]))
+            up.close_connections()  # a restart, as the sidecar's pooled connections see it
+            (listener,) = sc.app.listeners
+            pool = listener.up.pools.get(up.endpoint)
+            async with asyncio.timeout(5):
+                while not all(c.closed for c in pool.idle):
+                    await asyncio.sleep(0.01)
+            # update_many is not retryable: it only works if no dead connection is used
+            result = await in_thread(lambda: client.test.c.update_many({}, {"$set": {"b": 1}}))
+            assert result.modified_count == 3
+        finally:
+            await in_thread(client.close)
+    assert up.count("update") == 1
+
+
+async def test_pymongo_csot_timeout_becomes_the_deadline() -> None:
+    async with MongoTestServer("mongos") as up, sidecar(config([up.endpoint]), rand=lambda: 1.0) as sc:
+        up.fail_command(["find"], **OVERLOAD)
+        client = sc.client("timeoutMS=250&" + "retryReads=false&retryWrites=false&maxAdaptiveRetries=0")
+        try:
+            with pytest.raises(pymongo.errors.PyMongoError):
+                await in_thread(lambda: client.test.c.find_one())
+        finally:
+            await in_thread(client.close)
+    finds = up.commands("find")
+    # waits of 100 then 200 ms: the second would cross the 250 ms deadline, so two attempts
+    assert len(finds) == 2
+    assert 0 < finds[0].body["maxTimeMS"] <= 250
