@@ -20,9 +20,9 @@ from ...config.schema import MongoListenerConfig
 from ...config.units import split_host_port
 from ...services import Services
 from . import replies, wire
-from .commands import AUTH, HELLO, RAW, CommandError, describe
+from .commands import AUTH, HELLO, RAW, describe
+from .connection import AppConnection
 from .forward import Upstream, forward
-from .patch import PatchError
 from .pinning import Pins
 from .topology import Topology
 from .upstream import Pools, Settings
@@ -59,7 +59,7 @@ class MongoListener:
             server_selection_timeout=SERVER_SELECTION_TIMEOUT,
         )
         self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._connections: set[AppConnection] = set()
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -77,7 +77,12 @@ class MongoListener:
     async def start(self) -> None:
         await self.up.topology.start(wait=self.settings.connect_timeout)
         host, port = split_host_port(self.config.listen)
-        self._server = await asyncio.start_server(self._serve, host, port)
+        limit = self.config.max_message_size
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: AppConnection(next(self._conn_ids), self._message, limit, self.name, self._connections),
+            host,
+            port,
+        )
 
     async def stop(self, grace: float) -> None:
         if self._server is not None:
@@ -86,8 +91,8 @@ class MongoListener:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace):
                     await self._idle.wait()
-        for w in list(self._writers):
-            w.close()
+        for c in list(self._connections):
+            c.close()
         for t in list(self._background):
             t.cancel()
         await self.up.topology.stop()
@@ -97,46 +102,7 @@ class MongoListener:
                 async with asyncio.timeout(1.0):
                     await self._server.wait_closed()
 
-    # -- one app connection ----------------------------------------------------------------------------
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn_id = next(self._conn_ids)
-        peer = writer.get_extra_info("peername")
-        self._writers.add(writer)
-        limit = self.config.max_message_size
-        try:
-            while True:
-                try:
-                    head = await reader.readexactly(wire.HEADER_SIZE)
-                except asyncio.IncompleteReadError as e:
-                    if e.partial:
-                        raise wire.ProtocolError(
-                            "the connection closed in the middle of a message header"
-                        ) from None
-                    return
-                header = wire.parse_header(head, limit)
-                payload = await reader.readexactly(header.length - wire.HEADER_SIZE)
-                out = await self._message(conn_id, header, payload)
-                if out:
-                    writer.write(out)
-                    await writer.drain()
-        except (wire.ProtocolError, CommandError, PatchError) as e:
-            log.warning("mongodb listener %s: closing the connection from %s: %s", self.name, _peer(peer), e)
-        except asyncio.IncompleteReadError:
-            log.warning(
-                "mongodb listener %s: the connection from %s closed in the middle of a message",
-                self.name,
-                _peer(peer),
-            )
-        except (ConnectionError, OSError):
-            pass
-        except Exception:  # a bug of ours: this connection ends, the listener goes on
-            log.exception(
-                "mongodb listener %s: internal error on the connection from %s", self.name, _peer(peer)
-            )
-        finally:
-            self._writers.discard(writer)
-            writer.close()
-
+    # -- what each app connection hands over -----------------------------------------------------------
     async def _message(self, conn_id: int, header: wire.Header, payload: bytes) -> bytes | None:
         op = header.op_code
         if op == wire.OP_MSG:
@@ -213,9 +179,3 @@ class MongoListener:
             pool.discard(conn)
             return
         pool.release(conn)
-
-
-def _peer(peer: object) -> str:
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        return f"{peer[0]}:{peer[1]}"
-    return str(peer)

@@ -12,7 +12,7 @@ import pytest
 from sidecar.adapters.mongo import wire
 from sidecar.testing.mongo import MongoTestServer
 
-from .conftest import config, in_thread, sidecar
+from .conftest import OVERLOAD, config, in_thread, sidecar
 
 
 def _msg(body: dict, request_id: int = 1, flags: int = 0) -> bytes:
@@ -116,3 +116,26 @@ async def test_an_unacknowledged_write_gets_no_reply_and_reaches_the_upstream() 
         finally:
             await in_thread(client.close)
         assert up.commands("insert")[0].body["writeConcern"] == {"w": 0}
+
+
+def _requests(sc, reason: str) -> float:  # noqa: ANN001
+    total = 0.0
+    for family in sc.app.telemetry.metrics.registry.collect():
+        for s in family.samples:
+            if s.name == "sidecar_requests_total" and s.labels.get("reason") == reason:
+                total += s.value
+    return total
+
+
+async def test_an_app_that_goes_away_mid_request_stops_the_retries() -> None:
+    # j = 1: the retries would come 100, 200, 400 ms apart; the app leaves during the first wait
+    async with MongoTestServer("mongos") as up, sidecar(config([up.endpoint]), rand=lambda: 1.0) as sc:
+        up.fail_command(["find"], **OVERLOAD)
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        writer.write(_msg({"find": "c", "filter": {}, "$db": "t"}))
+        await up.wait_for(lambda s: s.count("find") == 1)
+        writer.close()
+        async with asyncio.timeout(5):
+            while _requests(sc, "cancelled") < 1:
+                await asyncio.sleep(0.01)
+        assert up.count("find") == 1  # the request is over: no attempt will follow
