@@ -1,1 +1,1 @@
-"""Fault-injecting test upstreams shared by tests, the demo and benchmarks."""
+"""Fault-injecting upstreams shared by the tests, the demo and the benchmarks."""
