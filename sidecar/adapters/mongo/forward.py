@@ -109,8 +109,10 @@ class Forward:
         try:
             conn = await pool.acquire()
         except ConnectFailure as e:
-            up.topology.request_check(sa.endpoint)
             f = Failure(e.stage, e.message)
+            if e.stage == "connect":  # unreachable: route around it until its monitor sees it again
+                up.topology.mark_unknown(sa.endpoint, e.message)
+                await self._await_topology(sa)
             return AttemptResult(classify_failure(f, cmd), f)
         try:
             if self.msg.more_to_come:
@@ -245,8 +247,11 @@ def _answer(up: Upstream, cmd: Command, msg: wire.Msg, delivery: Delivery) -> tu
         return None, None if f.reason is Reason.SUCCESS else f.reason.value
     if f.reason is Reason.DEADLINE and (f.attempt is None or f.attempt != f.attempts or payload is None):
         return replies.deadline_doc(cmd), "deadline"
-    if f.reason is Reason.NO_ENDPOINT or payload is None:
+    if f.reason is Reason.NO_ENDPOINT:
         return replies.no_server_doc(up.topology.describe_unselectable(cmd.read_preference)), "no-endpoint"
+    if payload is None:  # the attempt failed inside the sidecar (logged by the runtime)
+        detail = f.outcome.detail if f.outcome is not None else f.reason.value
+        return replies.error_doc(1, "InternalError", f"retry-sidecar: {detail}"), detail
     retried_by_sidecar = not cmd.in_transaction
     strip = retried_by_sidecar and not up.keep_labels
     if isinstance(payload, Failure):

@@ -13,6 +13,7 @@ the upstream connection broke after the command went    9001 SocketException
 the upstream refused the sidecar's credentials          18   AuthenticationFailed
 the app tried to authenticate to the sidecar            18   AuthenticationFailed
 a command whose maxTimeMS cannot be set                 2    BadValue
+a bug in the sidecar while it carried the command        1    InternalError
 =====================================================  ====  ================================  ==========================
 
 ``RetryableError`` (and, for retryable writes, ``RetryableWriteError``) are added only with

@@ -193,3 +193,22 @@ async def test_pymongo_csot_timeout_becomes_the_deadline() -> None:
     # waits of 100 then 200 ms: the second would cross the 250 ms deadline, so two attempts
     assert len(finds) == 2
     assert 0 < finds[0].body["maxTimeMS"] <= 250
+
+
+async def test_a_router_that_went_away_is_routed_around() -> None:
+    async with (
+        MongoTestServer("mongos") as a,
+        MongoTestServer("mongos") as b,
+        sidecar(config([a.endpoint, b.endpoint])) as sc,
+    ):
+        client = sc.client()
+        try:
+            await in_thread(lambda: client.admin.command("ping"))
+            await a.stop()  # gone between two heartbeats: the sidecar learns it from a refused connection
+            for _ in range(5):
+                await in_thread(lambda: client.test.c.find_one())
+        finally:
+            await in_thread(client.close)
+        assert b.count("find") == 5
+        (listener,) = sc.app.listeners
+        assert not listener.up.topology.servers[a.endpoint].up
