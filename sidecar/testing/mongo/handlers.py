@@ -3,7 +3,6 @@ deduplication by (lsid, txnNumber), transactions enough to pin, sessions. Replie
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -252,7 +251,6 @@ class Handlers:
         coll = self.storage.collection(cmd["$db"], cmd["update"])
         n = modified = 0
         upserted = []
-        _ids = itertools.count()
         for i, st in enumerate(self._statements(cmd, seqs, "updates")):
             hits = [d for d in coll.docs if matches(d, st.get("q"))]
             if not st.get("multi"):
@@ -273,7 +271,6 @@ class Handlers:
                 self.applied_writes += 1
                 upserted.append({"index": i, "_id": new["_id"]})
                 n += 1
-            next(_ids)
         reply: Doc = {"n": n, "nModified": modified, "ok": 1.0}
         if upserted:
             reply["upserted"] = upserted
