@@ -241,3 +241,18 @@ async def test_a_hedging_policy_hedges_reads_but_never_writes() -> None:
             await in_thread(client.close)
         assert a.count("find") + b.count("find") == 2  # two copies of the read at once
         assert a.count("insert") + b.count("insert") == 1
+
+
+async def test_async_pymongo_gets_the_error_without_retryable_label_after_six_attempts() -> None:
+    async with MongoTestServer("mongos") as up, sidecar(config([up.endpoint])) as sc:
+        up.fail_command(["update"], **OVERLOAD)
+        client = pymongo.AsyncMongoClient(sc.uri(""))  # pymongo's defaults: it would retry overloads itself
+        try:
+            with pytest.raises(OperationFailure) as e:
+                await client.test.c.update_many({}, {"$set": {"a": 1}})
+        finally:
+            await client.close()
+        assert up.count("update") == 6
+        assert e.value.has_error_label("SystemOverloadedError") and not e.value.has_error_label(
+            "RetryableError"
+        )
