@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import itertools
 import logging
 
@@ -77,6 +78,13 @@ class MongoListener:
     async def start(self) -> None:
         await self.up.topology.start(wait=self.settings.connect_timeout)
         host, port = split_host_port(self.config.listen)
+        if not _loopback(host):
+            log.warning(
+                "mongodb listener %s listens on %s: apps connect to it without authentication, and it uses "
+                "the upstream's credentials for them; keep it on loopback (127.0.0.1)",
+                self.name,
+                self.config.listen,
+            )
         limit = self.config.max_message_size
         self._server = await asyncio.get_running_loop().create_server(
             lambda: AppConnection(next(self._conn_ids), self._message, limit, self.name, self._connections),
@@ -179,3 +187,10 @@ class MongoListener:
             pool.discard(conn)
             return
         pool.release(conn)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
