@@ -22,7 +22,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .policy import (
     CLIENT_GONE,
@@ -229,19 +229,21 @@ class Driver:
         for c in cmds:
             t = type(c)
             if t is SendAttempt:
-                self.live.add(c.attempt)  # type: ignore[union-attr]
-                ctx = AttemptContext(c, obs.attempt_started(c), self)  # type: ignore[arg-type]
+                send = cast(SendAttempt, c)
+                self.live.add(send.attempt)
+                ctx = AttemptContext(send, obs.attempt_started(send), self)
                 try:
-                    self.attempter.start(c, ctx)  # type: ignore[arg-type]
+                    self.attempter.start(send, ctx)
                 except Exception as e:  # an adapter bug: a fatal outcome, never a hung request
-                    ctx.done(_bug(c, e))  # type: ignore[arg-type]
+                    ctx.done(_bug(send, e))
             elif t is Wake:
-                self._arm(c.at)  # type: ignore[union-attr]
+                self._arm(cast(Wake, c).at)
             elif t is Decision:
-                obs.decision(c)  # type: ignore[arg-type]
+                obs.decision(cast(Decision, c))
             elif t is CancelAttempt:
-                obs.attempt_cancelled(c)  # type: ignore[arg-type]
-                n = c.attempt  # type: ignore[union-attr]
+                cancel = cast(CancelAttempt, c)
+                obs.attempt_cancelled(cancel)
+                n = cancel.attempt
                 if n in self.live:
                     self.live.discard(n)
                     self.attempter.cancel(n)
@@ -249,8 +251,9 @@ class Driver:
                 if payload is not None:
                     self._discard(payload)
             elif t is Finish:
-                self.finish = c  # type: ignore[assignment]
-                obs.finished(c)  # type: ignore[arg-type]
+                finish = cast(Finish, c)
+                self.finish = finish
+                obs.finished(finish)
 
     def _arm(self, at: float) -> None:
         if at == self._armed:

@@ -125,7 +125,7 @@ class Forwarder:
         timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None
         deadline = req.began + (timeout if timeout is not None else plan.default_deadline)
         method = _METHODS.get(req.method) or req.method.decode("latin-1")
-        attrs = None
+        attrs: dict[str, str | int] | None = None
         if self.tracing:  # span attributes cost only when there are spans
             attrs = {
                 "http.request.method": method,
