@@ -6,8 +6,9 @@ an :class:`Attempter` (how to send one attempt over its protocol) and a :class:`
 :class:`Delivery`: the engine's ``Finish`` and the payload of the attempt to deliver, if any.
 
 Two ways to run, one set of rules:
-* a retrying call has at most one attempt in flight, so the attempt runs inline in the caller's task under
-  an ``asyncio.timeout_at`` for the engine's next wake (no task per attempt on the hot path);
+* a retrying call has at most one attempt in flight, so the attempt runs inline in the caller's task,
+  interrupted at the engine's next wake by the loop's shared timer heap (``timers.py``): no task and no
+  loop timer per request on the hot path;
 * a hedging call runs each attempt in its own task and waits for the first of: a result, the wake time.
 Every payload that is not delivered is handed back to ``Attempter.discard`` (connections returned/closed).
 """
@@ -38,6 +39,7 @@ from .policy import (
     Wake,
 )
 from .policy.events import BUFFER_EXCEEDED
+from .timers import timers_for
 
 log = logging.getLogger("sidecar.runtime")
 INF = math.inf
@@ -214,36 +216,60 @@ class _Driver:
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as e:
-            log.exception("attempt %d to %s failed unexpectedly", cmd.attempt, cmd.endpoint)
-            return AttemptResult(Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}"))
+            return self._bug(cmd, e)
+
+    def _bug(self, cmd: SendAttempt, e: Exception) -> AttemptResult:
+        log.error("attempt %d to %s failed unexpectedly", cmd.attempt, cmd.endpoint, exc_info=e)
+        return AttemptResult(Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}"))
 
     # -- one attempt at a time, inline ----------------------------------------------------------------
     async def run_inline(self) -> Delivery:
+        """Retrying calls: the attempt runs in the caller's task. The engine's wake time (per-try timeout,
+        deadline) interrupts it the way ``asyncio.timeout`` does (``task.cancel()``, then ``uncancel()``), but
+        on the loop's shared timer heap: no loop timer is armed per request."""
         loop = self.loop
+        timers = timers_for(loop)
+        task = asyncio.current_task()
+        assert task is not None
+        fired = False
+
+        def interrupt() -> None:
+            nonlocal fired
+            fired = True
+            task.cancel()
+
         sends = self.feed(START)
         try:
             while self.finish is None:
+                wake = self.wake
                 if sends:
                     cmd = sends[0]
-                    wake = self.wake
-                    if wake == INF:
-                        result = await self._send(cmd)
-                    else:
-                        timer = asyncio.timeout_at(wake)
-                        try:
-                            async with timer:
-                                result = await self._send(cmd)
-                        except TimeoutError:
-                            if not timer.expired():
-                                raise  # not our timer: an adapter bug, surfaced
-                            # The engine's timer fired mid-attempt (per-try timeout or deadline): the
-                            # attempt is already abandoned; the engine decides what follows.
-                            sends = self.feed(TICK, max(loop.time(), wake))
-                            continue
+                    headers = self.observer.attempt_started(cmd)
+                    entry = timers.call_at(wake, interrupt) if wake != INF else None
+                    try:
+                        result = await self.attempter.send(cmd, AttemptContext(cmd, headers, self))
+                    except asyncio.CancelledError:
+                        if not fired:
+                            raise
+                        # The engine's timer fired mid-attempt (per-try timeout or deadline): the attempt
+                        # is abandoned; the engine decides what follows.
+                        fired = False
+                        task.uncancel()
+                        sends = self.feed(TICK, max(loop.time(), wake))
+                        continue
+                    except (KeyboardInterrupt, SystemExit):
+                        raise
+                    except Exception as e:
+                        result = self._bug(cmd, e)
+                    finally:
+                        if entry is not None:
+                            timers.cancel(entry)
+                    if fired:  # fired after the attempt finished, before we got here: too late to matter
+                        fired = False
+                        task.uncancel()
                     self._record(cmd.attempt, result)
                     sends = self.feed(AttemptEnded(cmd.attempt, result.outcome))
                 else:
-                    wake = self.wake
                     if wake == INF:  # pragma: no cover - the engine always has a next step
                         raise RuntimeError("engine stalled: nothing in flight and no wake time")
                     await asyncio.sleep(max(0.0, wake - loop.time()))

@@ -88,6 +88,7 @@ class Call:
         "hedge_at",
         "stop_reason",
         "used_transparent",
+        "free_attempt",
         "_wake",
     )
 
@@ -124,7 +125,7 @@ class Call:
         self.attempts: list[_Attempt] = []
         self.inflight = 0
         self.deprioritized: set[str] = set()
-        self.backoff = BackoffSequence(policy.backoff)
+        self.backoff: BackoffSequence | None = None  # made on the first failure
         self.committed: int | None = None
         self.finished = False
         self.deliverable: tuple[int, Outcome] | None = None
@@ -132,6 +133,7 @@ class Call:
         self.hedge_at = INF  # hedging mode: when the next hedge is due
         self.stop_reason: Reason | None = None  # hedging mode: why no more hedges will be sent
         self.used_transparent = False
+        self.free_attempt = 0
         self._wake = INF
 
     # -- the one entry point ------------------------------------------------------------------------
@@ -157,6 +159,12 @@ class Call:
         if not self.finished:
             self._schedule(out)
         return out
+
+    def _backoff(self) -> BackoffSequence:
+        b = self.backoff
+        if b is None:
+            b = self.backoff = BackoffSequence(self.policy.backoff)
+        return b
 
     @property
     def attempts_sent(self) -> int:
@@ -214,6 +222,8 @@ class Call:
         if self.retry_at < INF:  # a retry was waiting: it can no longer be sent
             self.retry_at = INF
             self._finish(Reason.BUFFER_EXCEEDED, out)
+        elif self.hedging is not None:
+            self._finish_if_idle(out)
 
     def _ended(self, n: int, outcome: Outcome, now: float, out: list[Command]) -> None:
         if not (0 < n <= len(self.attempts)):
@@ -226,8 +236,15 @@ class Call:
         self.picker.finished(a.endpoint)
         policy = self.policy
         cls = outcome.cls
+        if cls is C.SUCCESS:  # the common case, kept short
+            self.deliverable = (n, outcome)
+            if self.throttle is not None:
+                self.throttle.on_success(n > 1 and n != self.free_attempt)
+            out.append(Decision(n, a.endpoint, cls, Reason.SUCCESS))
+            self._finish(Reason.SUCCESS, out)
+            return
         upstream_deadline = False
-        if outcome.deadline_expired and cls is not C.SUCCESS:
+        if outcome.deadline_expired:
             # userver: "deadline expired" from upstream is a timeout, never a body to pass on; when that
             # attempt had the request's whole remaining time, the request is over.
             if a.whole:
@@ -237,26 +254,32 @@ class Call:
             self.picker.penalize(a.endpoint, now)
             if policy.deprioritize_overloaded:
                 self.deprioritized.add(a.endpoint)
-        if outcome.backoff_base is not None and policy.pushback and outcome.backoff_base >= 0:
-            self.backoff.rebase(outcome.backoff_base)
-        if not (outcome.prefer_previous and self.deliverable is not None):
-            self.deliverable = (n, outcome)
         pushback = outcome.pushback if policy.pushback else None
+        if outcome.backoff_base is not None and policy.pushback and outcome.backoff_base >= 0:
+            self._backoff().rebase(outcome.backoff_base)
+        if (
+            not outcome.prefer_previous
+            or self.deliverable is None
+            or self.committed == n  # its response is already on its way to the client
+        ):
+            self.deliverable = (n, outcome)
         transparent = (
             policy.transparent_retry
             and cls is C.CONNECT_FAILURE
             and not self.used_transparent
             and self.hedging is None
+            and self.committed is None
+            and cls in self.retry_on
+            and self.replayable
+            and len(self.attempts) < self.max_attempts
+            and now < self.deadline
+            and not (pushback is not None and pushback.stop)
         )
         self._account(n, cls, pushback is not None and pushback.stop, transparent)
 
         def decide(reason: Reason, delay: float = 0.0) -> None:
             out.append(Decision(n, a.endpoint, cls, reason, delay))
 
-        if cls is C.SUCCESS:
-            decide(Reason.SUCCESS)
-            self._finish(Reason.SUCCESS, out)
-            return
         if self.committed == n:
             decide(Reason.COMMITTED)
             self._finish(Reason.COMMITTED, out)
@@ -284,12 +307,13 @@ class Call:
             self.used_transparent = True
             decide(Reason.TRANSPARENT_RETRY)
             self._send(now, out, hedge=0)
+            self.free_attempt = len(self.attempts)  # not a paid retry: no token taken, none returned
             return None
         if pushback is not None:
             delay = pushback.delay
-            self.backoff.reset()
+            self._backoff().reset()
         elif cls in self.policy.backoff_on:
-            delay = self.backoff.next(self.rand)
+            delay = self._backoff().next(self.rand)
         else:
             delay = 0.0
         # A wait that would cross the deadline ends the request now, before a token is spent.
@@ -313,6 +337,9 @@ class Call:
             if pushback is not None and pushback.stop:
                 self.stop_reason = Reason.PUSHBACK_NO_RETRY
                 self.hedge_at = INF
+            elif len(self.attempts) >= self.max_attempts:
+                self.stop_reason = Reason.ATTEMPTS_EXHAUSTED
+                self.hedge_at = INF
             elif pushback is not None:
                 # A6: the next hedge goes in n ms; later ones resume at n + hedging_delay.
                 if now + pushback.delay >= self.deadline:
@@ -320,10 +347,8 @@ class Call:
                     self.hedge_at = INF
                 else:
                     self.hedge_at = now + pushback.delay
-            elif len(self.attempts) < self.max_attempts:
-                self.hedge_at = now  # a non-fatal result sends the next hedge at once
             else:
-                self.stop_reason = Reason.ATTEMPTS_EXHAUSTED
+                self.hedge_at = now  # a non-fatal result sends the next hedge at once
         mark = len(out)
         sent_before = len(self.attempts)
         if self.hedge_at <= now:
@@ -349,6 +374,8 @@ class Call:
                 return
             if len(self.attempts) >= self.max_attempts:
                 self.stop_reason = Reason.ATTEMPTS_EXHAUSTED
+            elif now >= self.deadline:
+                self.stop_reason = Reason.DEADLINE
             elif not self.replayable:
                 self.stop_reason = Reason.BUFFER_EXCEEDED
             elif self.throttle is not None and not self.throttle.acquire():
@@ -367,7 +394,7 @@ class Call:
 
     # -- shared machinery -----------------------------------------------------------------------------
     def _send(self, now: float, out: list[Command], hedge: int) -> bool:
-        tried = [a.endpoint for a in self.attempts]
+        tried = [a.endpoint for a in self.attempts] if self.attempts else ()
         endpoint = self.picker.pick(now, self.rand, self.candidates, tried, self.deprioritized)
         if endpoint is None:
             self._finish(Reason.NO_ENDPOINT, out)
@@ -389,7 +416,7 @@ class Call:
         throttle = self.throttle
         if throttle is None:
             return
-        retry = n > 1
+        retry = n > 1 and n != self.free_attempt
         if cls is C.SUCCESS:
             throttle.on_success(retry)
             return

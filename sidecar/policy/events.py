@@ -1,8 +1,13 @@
-"""What the runtime tells the engine. Frozen, with readable reprs (h11's _events.py habit)."""
+"""What the runtime tells the engine: immutable, with readable reprs (h11's _events.py habit).
+
+Events with data are ``NamedTuple``s (cheap: one per attempt); the field-less ones are frozen dataclass
+singletons, so that no two kinds of event ever compare equal.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .outcome import Outcome
 
@@ -12,8 +17,7 @@ class Start:
     """The request is ready to be sent (read far enough to start the first attempt)."""
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptEnded:
+class AttemptEnded(NamedTuple):
     """Attempt ``attempt`` has a classified result (for HTTP: the response head; for gRPC: the status)."""
 
     attempt: int
@@ -25,8 +29,7 @@ class Tick:
     """The time the engine asked to be woken at (``Wake``) has come."""
 
 
-@dataclass(frozen=True, slots=True)
-class Committed:
+class Committed(NamedTuple):
     """Part of attempt ``attempt``'s response went to the client: it is the one, whatever comes next."""
 
     attempt: int

@@ -1,13 +1,14 @@
 """What an attempt came back with, in the engine's words.
 
+Outcomes are immutable records (``NamedTuple``, cheap to build: one per attempt).
 Every protocol adapter maps its results (an HTTP status, a gRPC status, a MongoDB error document, a
 socket error) into an :class:`Outcome`. The engine never sees a protocol type: only these classes and hints.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class OutcomeClass(StrEnum):
@@ -20,8 +21,7 @@ class OutcomeClass(StrEnum):
     FATAL = "fatal"  # a final answer that is not a success: passed to the client, never retried
 
 
-@dataclass(frozen=True, slots=True)
-class Pushback:
+class Pushback(NamedTuple):
     """A server's hint about retrying: wait ``delay`` seconds, or (``delay is None``) do not retry at all."""
 
     delay: float | None
@@ -34,8 +34,7 @@ class Pushback:
 PUSHBACK_STOP = Pushback(None)
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """The classified result of one attempt.
 
     ``deadline_expired``: the upstream said the request's deadline expired (userver's header, MongoDB's

@@ -1,159 +1,196 @@
-"""Prometheus metrics, in a registry of the sidecar's own (never the process-global one).
+"""Prometheus metrics, kept as plain numbers and exported at scrape time.
 
-Label children are resolved once per (listener, upstream) and cached, so the hot path pays a dict lookup
-and an increment, not a label resolution.
+The sidecar serves every request on one event loop thread, so the hot path needs no locks: an increment is a
+Python integer add on a small per-(listener, upstream) object (``Meters``), about 20x cheaper than a
+prometheus_client ``Counter.inc()``. A collector registered in the sidecar's own registry (never the
+process-global one) turns the numbers into metric families when ``/metrics`` is scraped.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
-class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        r = self.registry
-        lu = ["listener", "upstream"]
-        self.requests = Counter(
-            "sidecar_requests", "Requests finished, by final decision reason", [*lu, "reason"], registry=r
-        )
-        self.give_ups = Counter(
-            "sidecar_give_ups", "Requests the sidecar gave up on, by reason", [*lu, "reason"], registry=r
-        )
-        self.attempts = Counter(
-            "sidecar_attempts", "Upstream attempts sent, by outcome class", [*lu, "outcome"], registry=r
-        )
-        self.retries = Counter(
-            "sidecar_retries",
-            "Retries decided, by the outcome class that caused them",
-            [*lu, "outcome"],
-            registry=r,
-        )
-        self.hedges = Counter("sidecar_hedges", "Hedged attempts sent", lu, registry=r)
-        self.throttled = Counter(
-            "sidecar_throttled", "Retries or hedges refused by the retry budget", lu, registry=r
-        )
-        self.deadline_expired = Counter(
-            "sidecar_deadline_expired", "Requests that ended because their deadline expired", lu, registry=r
-        )
-        self.cancelled_by_deadline = Counter(
-            "sidecar_cancelled_by_deadline",
-            "Upstream attempts cancelled because the deadline expired",
-            lu,
-            registry=r,
-        )
-        self.deadline_received = Counter(
-            "sidecar_deadline_received", "Requests that arrived with a deadline", ["listener"], registry=r
-        )
-        self.buffer_exceeded = Counter(
-            "sidecar_buffer_exceeded",
-            "Requests whose body outgrew the replay buffer (one attempt only)",
-            lu,
-            registry=r,
-        )
-        self.inflight = Gauge("sidecar_inflight_requests", "Requests in progress", ["listener"], registry=r)
-        self.duration = Histogram(
-            "sidecar_request_duration_seconds",
-            "Time from request to response end",
-            lu,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.rejected = Counter(
-            "sidecar_rejected",
-            "Requests refused before any attempt (bad input, no route), by reason",
-            ["listener", "reason"],
-            registry=r,
-        )
-        self._buckets = _ThrottleCollector()
-        r.register(self._buckets)
-        self._meters: dict[tuple[str, str], Meters] = {}
+class Histogram:
+    __slots__ = ("bounds", "counts", "sum")
 
-    def meters(self, listener: str, upstream: str) -> Meters:
-        key = (listener, upstream)
-        m = self._meters.get(key)
-        if m is None:
-            m = self._meters[key] = Meters(self, listener, upstream)
-        return m
+    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
 
-    def watch_throttle(self, upstream: str, kind: str, bucket: Any) -> None:
-        """Export ``bucket.tokens`` as ``sidecar_throttle_tokens{upstream,kind}`` (read at scrape time)."""
-        self._buckets.buckets[(upstream, kind)] = bucket
+    def observe(self, v: float) -> None:
+        self.counts[bisect_left(self.bounds, v)] += 1
+        self.sum += v
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out, acc = [], 0
+        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            acc += n
+            out.append(("+Inf" if bound == float("inf") else repr(bound), float(acc)))
+        return out
+
+
+class ListenerMeters:
+    """What is counted per listener, whatever the upstream."""
+
+    __slots__ = ("inflight", "deadline_received", "rejected")
+
+    def __init__(self) -> None:
+        self.inflight = 0
+        self.deadline_received = 0
+        self.rejected: dict[str, int] = {}
+
+    def reject(self, reason: str) -> None:
+        """A request refused before any attempt (malformed, no route, not allowed), by reason."""
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
 
 
 class Meters:
-    """The metric children of one (listener, upstream) pair."""
+    """The numbers of one (listener, upstream) pair. Attributes are incremented directly."""
 
     __slots__ = (
-        "m",
-        "labels",
+        "listener",
+        "attempts",
+        "retries",
+        "requests",
+        "give_ups",
         "hedges",
         "throttled",
         "deadline_expired",
         "cancelled_by_deadline",
         "buffer_exceeded",
         "duration",
-        "inflight",
-        "deadline_received",
-        "_attempts",
-        "_retries",
-        "_requests",
-        "_give_ups",
     )
 
-    def __init__(self, m: Metrics, listener: str, upstream: str) -> None:
-        self.m = m
-        self.labels = (listener, upstream)
-        self.hedges = m.hedges.labels(listener, upstream)
-        self.throttled = m.throttled.labels(listener, upstream)
-        self.deadline_expired = m.deadline_expired.labels(listener, upstream)
-        self.cancelled_by_deadline = m.cancelled_by_deadline.labels(listener, upstream)
-        self.buffer_exceeded = m.buffer_exceeded.labels(listener, upstream)
-        self.duration = m.duration.labels(listener, upstream)
-        self.inflight = m.inflight.labels(listener)
-        self.deadline_received = m.deadline_received.labels(listener)
-        self._attempts: dict[str, Any] = {}
-        self._retries: dict[str, Any] = {}
-        self._requests: dict[str, Any] = {}
-        self._give_ups: dict[str, Any] = {}
-
-    def _child(self, cache: dict[str, Any], family: Counter, value: str) -> Any:
-        c = cache.get(value)
-        if c is None:
-            c = cache[value] = family.labels(*self.labels, value)
-        return c
+    def __init__(self, listener: ListenerMeters) -> None:
+        self.listener = listener
+        self.attempts: dict[str, int] = {}
+        self.retries: dict[str, int] = {}
+        self.requests: dict[str, int] = {}
+        self.give_ups: dict[str, int] = {}
+        self.hedges = 0
+        self.throttled = 0
+        self.deadline_expired = 0
+        self.cancelled_by_deadline = 0
+        self.buffer_exceeded = 0
+        self.duration = Histogram()
 
     def attempt(self, outcome: str) -> None:
-        self._child(self._attempts, self.m.attempts, outcome).inc()
+        self.attempts[outcome] = self.attempts.get(outcome, 0) + 1
 
     def retry(self, outcome: str) -> None:
-        self._child(self._retries, self.m.retries, outcome).inc()
+        self.retries[outcome] = self.retries.get(outcome, 0) + 1
 
     def request(self, reason: str) -> None:
-        self._child(self._requests, self.m.requests, reason).inc()
+        self.requests[reason] = self.requests.get(reason, 0) + 1
 
     def give_up(self, reason: str) -> None:
-        self._child(self._give_ups, self.m.give_ups, reason).inc()
+        self.give_ups[reason] = self.give_ups.get(reason, 0) + 1
 
 
-class _ThrottleCollector(Collector):
-    def __init__(self) -> None:
-        self.buckets: dict[tuple[str, str], Any] = {}
+_LABELED = (
+    ("requests", "sidecar_requests", "Requests finished, by final decision reason", "reason"),
+    ("give_ups", "sidecar_give_ups", "Requests the sidecar gave up on, by reason", "reason"),
+    ("attempts", "sidecar_attempts", "Upstream attempts, by outcome class (or cancelled)", "outcome"),
+    ("retries", "sidecar_retries", "Retries decided, by the outcome class that caused them", "outcome"),
+)
+_PLAIN = (
+    ("hedges", "sidecar_hedges", "Hedged attempts sent"),
+    ("throttled", "sidecar_throttled", "Requests whose retry the retry budget refused"),
+    ("deadline_expired", "sidecar_deadline_expired", "Requests that ended because their deadline expired"),
+    ("cancelled_by_deadline", "sidecar_cancelled_by_deadline", "Upstream attempts cancelled by the deadline"),
+    ("buffer_exceeded", "sidecar_buffer_exceeded", "Requests whose body outgrew the replay buffer"),
+)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        g = GaugeMetricFamily(
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._meters: dict[tuple[str, str], Meters] = {}
+        self._listeners: dict[str, ListenerMeters] = {}
+        self._buckets: dict[tuple[str, str], Any] = {}
+        self.registry.register(_Collector(self))
+
+    def listener(self, name: str) -> ListenerMeters:
+        m = self._listeners.get(name)
+        if m is None:
+            m = self._listeners[name] = ListenerMeters()
+        return m
+
+    def meters(self, listener: str, upstream: str) -> Meters:
+        key = (listener, upstream)
+        m = self._meters.get(key)
+        if m is None:
+            m = self._meters[key] = Meters(self.listener(listener))
+        return m
+
+    def watch_throttle(self, upstream: str, kind: str, bucket: Any) -> None:
+        """Export ``bucket.tokens`` as ``sidecar_throttle_tokens{upstream,kind}`` (read at scrape time)."""
+        self._buckets[(upstream, kind)] = bucket
+
+    def families(self) -> Iterator[Metric]:
+        lu = ["listener", "upstream"]
+        pairs = sorted(self._meters.items())
+        for attr, name, doc, label in _LABELED:
+            fam = CounterMetricFamily(name, doc, labels=[*lu, label])
+            for (lst, up), m in pairs:
+                for value, n in sorted(getattr(m, attr).items()):
+                    fam.add_metric([lst, up, value], n)
+            yield fam
+        for attr, name, doc in _PLAIN:
+            fam = CounterMetricFamily(name, doc, labels=lu)
+            for (lst, up), m in pairs:
+                fam.add_metric([lst, up], getattr(m, attr))
+            yield fam
+        hist = HistogramMetricFamily(
+            "sidecar_request_duration_seconds", "Time from request to response end", labels=lu
+        )
+        for (lst, up), m in pairs:
+            hist.add_metric([lst, up], m.duration.cumulative(), m.duration.sum)
+        yield hist
+        listeners = sorted(self._listeners.items())
+        inflight = GaugeMetricFamily("sidecar_inflight_requests", "Requests in progress", labels=["listener"])
+        received = CounterMetricFamily(
+            "sidecar_deadline_received", "Requests that arrived with a deadline", labels=["listener"]
+        )
+        rejected = CounterMetricFamily(
+            "sidecar_rejected",
+            "Requests refused before any attempt (bad input, no route), by reason",
+            labels=["listener", "reason"],
+        )
+        for name, lm in listeners:
+            inflight.add_metric([name], lm.inflight)
+            received.add_metric([name], lm.deadline_received)
+            for reason, n in sorted(lm.rejected.items()):
+                rejected.add_metric([name, reason], n)
+        yield inflight
+        yield received
+        yield rejected
+        tokens = GaugeMetricFamily(
             "sidecar_throttle_tokens", "Tokens in each upstream's retry budget", labels=["upstream", "kind"]
         )
-        for (upstream, kind), bucket in sorted(self.buckets.items()):
-            g.add_metric([upstream, kind], float(bucket.tokens))
-        yield g
+        for (upstream, kind), bucket in sorted(self._buckets.items()):
+            tokens.add_metric([upstream, kind], float(bucket.tokens))
+        yield tokens
 
-    def describe(self) -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily("sidecar_throttle_tokens", "Tokens in each upstream's retry budget")
+
+class _Collector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return self._metrics.families()

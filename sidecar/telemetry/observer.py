@@ -90,7 +90,7 @@ class RequestObserver:
     ) -> None:
         self.t = t
         self.meters: Meters = t.metrics.meters(listener, upstream)
-        self.meters.inflight.inc()
+        self.meters.listener.inflight += 1
         self.protocol = protocol
         self.started = time.perf_counter()
         self.last_delay = 0.0
@@ -118,12 +118,12 @@ class RequestObserver:
             span.set_attribute(key, value)
 
     def deadline_received(self, timeout_s: float) -> None:
-        self.meters.deadline_received.inc()
+        self.meters.listener.deadline_received += 1
         if self.span is not None:
             self.span.set_attribute("deadline_received_ms", int(timeout_s * 1000))
 
     def buffer_exceeded(self) -> None:
-        self.meters.buffer_exceeded.inc()
+        self.meters.buffer_exceeded += 1
         if self.span is not None:
             self.span.set_attribute("sidecar.buffer_exceeded", True)
             self.span.set_attribute("sidecar.decision.reason", Reason.BUFFER_EXCEEDED.value)
@@ -133,7 +133,7 @@ class RequestObserver:
         if self.ended:
             return
         self.ended = True
-        self.meters.inflight.dec()
+        self.meters.listener.inflight -= 1
         self.meters.duration.observe(time.perf_counter() - self.started)
         for span in self.attempt_spans.values():
             span.end()
@@ -152,7 +152,7 @@ class RequestObserver:
     # -- what the runtime calls (sidecar.runtime.CallObserver) ---------------------------------------
     def attempt_started(self, cmd: SendAttempt) -> Mapping[str, str]:
         if cmd.hedge:
-            self.meters.hedges.inc()
+            self.meters.hedges += 1
         tracer = self.t.tracer
         if tracer is None or self.span is None:
             return _EMPTY
@@ -197,7 +197,7 @@ class RequestObserver:
 
     def attempt_cancelled(self, cmd: CancelAttempt) -> None:
         if cmd.reason is Reason.DEADLINE:
-            self.meters.cancelled_by_deadline.inc()
+            self.meters.cancelled_by_deadline += 1
         if cmd.reason is Reason.PER_TRY_TIMEOUT:
             self.meters.attempt(OutcomeClass.TIMEOUT.value)  # its Decision follows
         else:
@@ -232,9 +232,9 @@ class RequestObserver:
         if reason in GIVE_UPS:
             m.give_up(reason.value)
         if reason is Reason.THROTTLED:
-            m.throttled.inc()
+            m.throttled += 1
         elif reason is Reason.DEADLINE:
-            m.deadline_expired.inc()
+            m.deadline_expired += 1
         if self.span is not None:
             self.span.set_attribute("sidecar.attempts", f.attempts)
             self.span.set_attribute("sidecar.decision.reason", reason.value)
