@@ -3,7 +3,8 @@
 One heap of timed events; nothing sleeps, so an hour of traffic from 100,000 clients runs in seconds.
 The server is the same :class:`~.model.ModelServer` the live engine serves HTTP with, checked every
 ``server.tick``. A ``stop`` outage freezes it: arrivals queue, as in a stopped process's kernel, up to
-``server.backlog`` (later ones are lost: their clients time out), and enter together when it resumes.
+``server.backlog``, and enter together when it resumes; a connection beyond the backlog is tried again by
+the client's kernel 1, 3, 7, ... s later (SYN retransmission) while its client still waits.
 
 The ``sidecar`` strategy builds a real :class:`sidecar.policy.Call` per request, with a real
 :class:`~sidecar.upstream.balancer.Balancer` and retry budget (``make_throttle``) per sidecar instance,
@@ -42,6 +43,7 @@ from .retry import Waits, mean_gap
 from .scenario import Scenario
 
 INF = math.inf
+SYN_RETRY = 1.0  # Linux's first SYN retransmission timeout
 
 
 class Loop:
@@ -95,15 +97,23 @@ class Servers:
             loop.at(o.end, self._resume)
         loop.at(0.0, self._tick)
 
-    def submit(self, replica: int, job: Job) -> None:
+    def submit(self, replica: int, job: Job, syn_wait: float = SYN_RETRY) -> None:
         if self.stopped:
             backlog = self.backlogs[replica]
             if len(backlog) < self.spec.backlog:
                 backlog.append(job)
-            return  # beyond the backlog the connection is never accepted: the client times out
+            else:
+                # The kernel drops the connection attempt; the client's kernel tries again later (TCP SYN
+                # retransmission: after 1 s, then 2 s, 4 s, ...) for as long as the client still waits.
+                self.loop.at(self.loop.now + syn_wait, self._syn_again, replica, job, 2 * syn_wait)
+            return
         status = self.replicas[replica].admit(self.loop.now, job)
         if status is not None:  # answered at once: still an event of its own, never a nested call
             self.loop.at(self.loop.now, self._deliver, job, status)
+
+    def _syn_again(self, replica: int, job: Job, syn_wait: float) -> None:
+        if job.answer is not None:  # not abandoned
+            self.submit(replica, job, syn_wait)
 
     def inflight(self) -> int:
         return sum(r.inflight for r in self.replicas)

@@ -169,8 +169,9 @@ def from_dict(tree: Any, source: str = "") -> Scenario:
 
 
 def to_dict(s: Scenario) -> dict[str, Any]:
-    """The scenario as plain data (durations in seconds): what the live engine hands its processes."""
-    return s.model_dump(mode="python")
+    """The scenario as plain data that :func:`from_dict` reads back: what the live engine hands its
+    processes."""
+    return s.model_dump(mode="json")
 
 
 def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
