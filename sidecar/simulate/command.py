@@ -63,6 +63,9 @@ def main(
     except ScenarioError as e:
         err(str(e))
         return 2
+    except RuntimeError as e:  # the live engine could not run (LiveError): say what, not a traceback
+        err(f"sidecar simulate: {e}")
+        return 1
     for line in render(report, with_tables=table):
         out(line)
     if plot is not None:
