@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from . import grpc_service_config
 from .env import expand, join
 from .presets import PRESETS, resolve_policies
 from .schema import PROTOCOL_PRESETS, Config
@@ -72,6 +73,8 @@ def load_dict(tree: Any, environ: Mapping[str, str] | None = None, source: str =
     user_policies = sorted(raw_policies) if isinstance(raw_policies, dict) else []
     if isinstance(raw_policies, dict):
         tree = {**tree, "policies": resolve_policies(raw_policies, _wanted_policies(tree), errors)}
+        # gRPC service configs become named policies and method_policies entries (path-named errors).
+        tree = grpc_service_config.expand(tree, errors, PROTOCOL_PRESETS["grpc"])
     env_paths = tuple(path for path, _ in errors)
     try:
         config = Config.model_validate(tree)

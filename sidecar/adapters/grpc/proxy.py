@@ -1,0 +1,163 @@
+"""One proxied call, from the client's metadata to its final status.
+
+Route the method to a policy, work out the deadline (the client's ``grpc-timeout``, or the deadline header
+in metadata, whichever is sooner; else the policy's default; capped by a service config ``timeout``), read
+the opening of the request to choose how to forward it, drive the engine, and give the client the answer
+its ``Finish`` maps to (``answer.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from ...policy.deadline import MAX_TIMEOUT_S, parse_timeout_ms
+from ...runtime import drive
+from ...services import Services, UpstreamRuntime
+from .answer import Answer, answer
+from .call import Attempter, Downstream
+from .classify import GrpcClassifier
+from .metadata import first_value, request_metadata
+from .request import RequestStream, read_opening
+from .routing import MethodRoutes
+from .upstream import Channels
+
+log = logging.getLogger("sidecar.grpc")
+DEFAULT_REPLAY_BUFFER = 256 * 1024
+#: How long to wait for a request's end after its first message before streaming it (see request.py).
+OPENING_WINDOW = 0.02
+_LEARNED_LIMIT = 4096
+
+
+@dataclass(slots=True)
+class Shared:
+    """What every call of a listener uses."""
+
+    listener: str
+    services: Services
+    upstream: UpstreamRuntime
+    routes: MethodRoutes
+    channels: Channels
+    classifiers: dict[str, GrpcClassifier]
+    streaming_methods: set[str]
+
+
+async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) -> None:
+    loop = asyncio.get_running_loop()
+    services = shared.services
+    route = shared.routes.resolve(method)
+    compiled = services.policy(route.policy)
+    pc = compiled.config
+    incoming = [(m.key, m.value) for m in context.invocation_metadata() or ()]
+    received = _received_timeout(context, incoming, pc.deadline.header)
+    timeout = received if received is not None else compiled.engine.deadline
+    if route.timeout_cap is not None:
+        timeout = min(timeout, route.timeout_cap)
+    deadline = loop.time() + timeout if math.isfinite(timeout) else math.inf
+    obs = services.telemetry.request(
+        listener=shared.listener,
+        upstream=shared.upstream.name,
+        protocol="grpc",
+        name=route.name,
+        attributes={"rpc.system": "grpc", "rpc.service": route.service, "rpc.method": route.method},
+        parent={k: v for k, v in incoming if isinstance(v, str)},
+    )
+    if received is not None:
+        obs.deadline_received(received)
+    stream: RequestStream | None = None
+    try:
+        window = 0.0 if method in shared.streaming_methods else OPENING_WINDOW
+        opening = await read_opening(context.read, window)
+        limit = pc.replay_buffer if pc.replay_buffer is not None else DEFAULT_REPLAY_BUFFER
+        if opening.single:
+            request: bytes | RequestStream = opening.messages[0]
+            replayable = len(request) <= limit
+        else:
+            if opening.eof or len(opening.messages) > 1:
+                _learn(shared.streaming_methods, method)
+            stream = request = RequestStream(
+                context.read, opening, limit, lambda over: over and obs.buffer_exceeded()
+            )
+            replayable = True
+        if not replayable:
+            obs.buffer_exceeded()
+        call = services.new_call(compiled, shared.upstream, deadline=deadline, replayable=replayable)
+        down = Downstream(context, call, stream)
+        attempter = Attempter(
+            channels=shared.channels,
+            method=method,
+            request=request,
+            metadata=request_metadata(incoming, pc.deadline.header),
+            downstream=down,
+            classifier=_classifier(shared, route.policy, pc),
+            observer=obs,
+            deadline_header=pc.deadline.header if _has(incoming, pc.deadline.header) else None,
+        )
+        delivery = await drive(call, attempter, obs)
+        if stream is not None and stream.count > 1:
+            _learn(shared.streaming_methods, method)
+        ans = answer(
+            delivery.finish,
+            delivery.payload,
+            upstream=shared.upstream.name,
+            give_up_pushback=pc.give_up_pushback,
+        )
+        _deliver(context, ans)
+        obs.set_attribute("rpc.grpc.status_code", ans.code.value[0])
+        obs.end(None if ans.code is grpc.StatusCode.OK else ans.code.name)
+    except asyncio.CancelledError:
+        obs.end("client cancelled")
+        raise
+    except BaseException as e:
+        obs.end(f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _deliver(context: grpc.aio.ServicerContext, ans: Answer) -> None:
+    try:
+        context.set_trailing_metadata(tuple(ans.trailing))
+        context.set_code(ans.code)
+        if ans.details:
+            context.set_details(ans.details)
+    except Exception as e:  # noqa: BLE001 - a server call that already ended refuses them
+        log.debug("the client is gone before its status: %r", e)
+
+
+def _received_timeout(
+    context: grpc.aio.ServicerContext, incoming: list[tuple[str, Any]], header: str
+) -> float | None:
+    """The sooner of the client's ``grpc-timeout`` and the deadline header, if either is there."""
+    found = []
+    remaining = context.time_remaining()
+    if remaining is not None and remaining < MAX_TIMEOUT_S:
+        found.append(max(0.0, remaining))
+    from_header = parse_timeout_ms(first_value(incoming, header))
+    if from_header is not None:
+        found.append(from_header)
+    return min(found) if found else None
+
+
+def _has(incoming: list[tuple[str, Any]], header: str) -> bool:
+    return first_value(incoming, header) is not None
+
+
+def _classifier(shared: Shared, policy: str, pc: Any) -> GrpcClassifier:
+    c = shared.classifiers.get(policy)
+    if c is None:
+        c = shared.classifiers[policy] = GrpcClassifier.from_names(pc.retryable_codes, pc.overload_codes)
+    return c
+
+
+def _learn(methods: set[str], method: str) -> None:
+    """Remember a method whose requests stream, to forward its calls as streams without waiting."""
+    if len(methods) >= _LEARNED_LIMIT:
+        methods.clear()
+    methods.add(method)

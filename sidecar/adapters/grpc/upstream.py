@@ -1,0 +1,91 @@
+"""Channels to the upstream's endpoints: one ``grpc.aio`` channel per endpoint, made on first use, with
+grpcio's own retries switched off (``grpc.enable_retries: 0``) so that only the sidecar retries. Calls are
+raw bytes: no serializers. With the upstream's ``tls`` settings the channels use TLS (CA, client
+certificate, ``server_name`` as the name to verify)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+
+from ...config.schema import TlsConfig
+
+_MULTICALLABLE_LIMIT = 4096
+
+
+class Channels:
+    def __init__(
+        self, *, max_message_size: int, connect_timeout: float, tls: TlsConfig | None = None
+    ) -> None:
+        self.credentials = _credentials(tls)
+        self.options: tuple[tuple[str, object], ...] = (
+            ("grpc.enable_retries", 0),
+            ("grpc.max_send_message_length", max_message_size),
+            ("grpc.max_receive_message_length", max_message_size),
+            # Come back quickly after an endpoint restarts (grpc's default backoff grows to 120 s).
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 2000),
+            ("grpc.min_reconnect_backoff_ms", max(100, int(connect_timeout * 1000))),
+        )
+        if tls is not None and tls.server_name:
+            self.options += (("grpc.ssl_target_name_override", tls.server_name),)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._unary: dict[tuple[str, str], grpc.aio.UnaryStreamMultiCallable] = {}
+        self._stream: dict[tuple[str, str], grpc.aio.StreamStreamMultiCallable] = {}
+
+    def channel(self, endpoint: str) -> grpc.aio.Channel:
+        ch = self._channels.get(endpoint)
+        if ch is None:
+            if self.credentials is None:
+                ch = grpc.aio.insecure_channel(endpoint, options=self.options)
+            else:
+                ch = grpc.aio.secure_channel(endpoint, self.credentials, options=self.options)
+            self._channels[endpoint] = ch
+        return ch
+
+    def unary_stream(self, endpoint: str, method: str) -> grpc.aio.UnaryStreamMultiCallable:
+        """For a request of one message (unary and server-streaming calls); the response may stream."""
+        key = (endpoint, method)
+        mc = self._unary.get(key)
+        if mc is None:
+            if len(self._unary) >= _MULTICALLABLE_LIMIT:
+                self._unary.clear()
+            mc = self._unary[key] = self.channel(endpoint).unary_stream(method)
+        return mc
+
+    def stream_stream(self, endpoint: str, method: str) -> grpc.aio.StreamStreamMultiCallable:
+        key = (endpoint, method)
+        mc = self._stream.get(key)
+        if mc is None:
+            if len(self._stream) >= _MULTICALLABLE_LIMIT:
+                self._stream.clear()
+            mc = self._stream[key] = self.channel(endpoint).stream_stream(method)
+        return mc
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        self._unary.clear()
+        self._stream.clear()
+        for ch in channels:
+            await ch.close()
+
+
+def _credentials(tls: TlsConfig | None) -> grpc.ChannelCredentials | None:
+    """TLS credentials from the upstream's ``tls`` settings; files are read once, at start."""
+    if tls is None:
+        return None
+    if tls.insecure_skip_verify:
+        raise OSError("tls.insecure_skip_verify is not supported for gRPC upstreams (grpcio always verifies)")
+    if (tls.cert_file is None) != (tls.key_file is None):
+        raise OSError("tls: a client certificate needs both cert_file and key_file")
+
+    def read(path: str | None) -> bytes | None:
+        if path is None:
+            return None
+        try:
+            return Path(path).read_bytes()
+        except OSError as e:
+            raise OSError(f"tls: cannot read {path!r}: {e.strerror or e}") from None
+
+    return grpc.ssl_channel_credentials(read(tls.ca_file), read(tls.key_file), read(tls.cert_file))

@@ -1,0 +1,1 @@
+"""Fault-injecting upstreams shared by the tests, the demo and the benchmarks."""

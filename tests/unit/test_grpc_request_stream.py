@@ -1,0 +1,121 @@
+"""The replay buffer of streamed requests (A6 buffered RPCs), fed from an in-memory client stream."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sidecar.adapters.grpc.request import EOF, Opening, RequestStream, read_opening
+
+
+class Client:
+    """A client stream: the test puts messages (or EOF); the pump reads them."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.reads = 0
+
+    async def read(self) -> object:
+        msg = await self.queue.get()
+        self.reads += 1
+        return msg
+
+    def send(self, *msgs: object) -> None:
+        for m in msgs:
+            self.queue.put_nowait(m)
+
+
+class Upstream:
+    def __init__(self) -> None:
+        self.got: list[bytes] = []
+        self.closed = asyncio.Event()
+        self.gate: asyncio.Event | None = None
+
+    async def write(self, m: bytes) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        self.got.append(m)
+
+    async def done_writing(self) -> None:
+        self.closed.set()
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_opening_of_a_unary_request_is_one_message_then_eof() -> None:
+    c = Client()
+    c.send(b"only", EOF)
+    o = await read_opening(c.read, 1.0)
+    assert o.single and o.messages == [b"only"] and o.pending is None
+
+
+async def test_opening_of_a_quiet_stream_leaves_the_read_pending() -> None:
+    c = Client()
+    c.send(b"first")
+    o = await read_opening(c.read, 0.0)
+    assert not o.eof and o.pending is not None
+    o.pending.cancel()
+
+
+async def test_every_attempt_gets_the_whole_stream_buffered_and_live() -> None:
+    c = Client()
+    c.send(b"a", b"b")
+    s = RequestStream(c.read, Opening([], False, None), limit=1024)
+    one, two = Upstream(), Upstream()
+    t1 = asyncio.create_task(s.feed(1, one.write, one.done_writing, lambda: None))
+    await settle()
+    c.send(b"c")
+    await settle()
+    t2 = asyncio.create_task(s.feed(2, two.write, two.done_writing, lambda: None))  # a retry replays
+    c.send(b"d", EOF)
+    await asyncio.gather(t1, t2)
+    assert one.got == two.got == [b"a", b"b", b"c", b"d"]
+    assert one.closed.is_set() and two.closed.is_set()
+    s.close()
+
+
+async def test_overflow_during_an_attempt_seals_and_trims() -> None:
+    c = Client()
+    sealed: list[bool] = []
+    overflows: list[int] = []
+    s = RequestStream(c.read, Opening([], False, None), limit=10, on_seal=sealed.append)
+    up = Upstream()
+    t = asyncio.create_task(s.feed(1, up.write, up.done_writing, lambda: overflows.append(1)))
+    c.send(b"123456", b"789012")
+    await settle()
+    assert not s.replayable and s.overflowed and sealed == [True] and overflows == [1]
+    c.send(b"x" * 5, EOF)
+    await t
+    assert up.got == [b"123456", b"789012", b"xxxxx"]
+    assert s.messages == [] and s.size == 0  # nothing kept once sent
+    s.close()
+
+
+async def test_over_the_limit_with_no_attempt_out_the_pump_waits() -> None:
+    c = Client()
+    s = RequestStream(c.read, Opening([], False, None), limit=10)
+    c.send(b"x" * 11, b"more", EOF)
+    await settle()
+    assert c.reads == 1 and s.replayable  # not read further, not sealed: the next attempt gets it all
+    up = Upstream()
+    await s.feed(1, up.write, up.done_writing, lambda: None)
+    assert up.got == [b"x" * 11, b"more"] and not s.replayable
+    s.close()
+
+
+async def test_after_sealing_the_pump_waits_for_the_upstream_to_take_messages() -> None:
+    c = Client()
+    s = RequestStream(c.read, Opening([], False, None), limit=10)
+    up = Upstream()
+    up.gate = asyncio.Event()  # the upstream is slow
+    t = asyncio.create_task(s.feed(1, up.write, up.done_writing, lambda: None))
+    s.seal()  # e.g. the response started: no more attempts
+    c.send(*([b"y" * 4] * 10), EOF)
+    await settle()
+    assert c.reads <= 4  # backpressure: at most ~limit bytes wait
+    up.gate.set()
+    await t
+    assert len(up.got) == 10
+    s.close()
