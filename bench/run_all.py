@@ -80,7 +80,9 @@ def render_common(data: dict[str, Any]) -> list[str]:
 
 def flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
-    if isinstance(data, dict):
+    if isinstance(data, dict) and {"median", "min", "max"} <= set(data):
+        out.append((prefix, f"{fmt(data['median'])} <sub>({fmt(data['min'])}..{fmt(data['max'])})</sub>"))
+    elif isinstance(data, dict):
         for k, v in data.items():
             out += flatten(v, f"{prefix}.{k}" if prefix else str(k))
     elif not isinstance(data, list):
