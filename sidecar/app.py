@@ -4,6 +4,7 @@ drain on SIGTERM/SIGINT."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import random
 import signal
@@ -85,6 +86,10 @@ async def serve(config: Config) -> None:
     """Run until SIGTERM or SIGINT, then drain."""
     app = App(config)
     await app.start()
+    # Everything built so far lives as long as the process: keep the cyclic GC from scanning it again and
+    # again (its thresholds stay: rarer, larger collections showed in the p99 at 1,000 requests/s).
+    gc.collect()
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

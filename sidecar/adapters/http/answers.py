@@ -1,0 +1,87 @@
+"""What the client is told when the sidecar answers itself (pure). One failure, one answer:
+
+=================================  ==============================================================
+engine finish                      answer to the client
+=================================  ==============================================================
+``deadline``                       ``deadline.expired_status`` (498), body ``Deadline expired``,
+                                   header ``X-YaTaxi-Deadline-Expired: 1`` (even after an upstream
+                                   answer: nobody waits for it any more)
+``cancelled`` (client went away)   nothing (there is no one to answer)
+any other, an upstream answered    that upstream response, unchanged (status, headers, body)
+any other, nobody answered:
+  last outcome ``connect-failure``  502, ``upstream connect failure: ...``
+  last outcome ``reset``            502, ``upstream reset the connection ...``
+  last outcome ``timeout``          504, ``upstream timed out ...``
+  ``no-endpoint`` / anything else   502, naming the reason
+=================================  ==============================================================
+
+Requests refused before any attempt get 400 (malformed), 403 (absolute-form to an unknown host), 405
+(``CONNECT``), 408 (head not received within ``idle_timeout``), 431 (head larger than
+``max_header_size``), 503 (the sidecar is shutting down); each with a short text body naming the cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...policy import Finish, OutcomeClass, Reason
+from .headers import phrase
+
+C = OutcomeClass
+DEADLINE_BODY = b"Deadline expired"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+def deadline_expired(status: int) -> Answer:
+    return Answer(status, DEADLINE_BODY, ((b"X-YaTaxi-Deadline-Expired", b"1"),))
+
+
+def for_finish(finish: Finish, expired_status: int) -> Answer | None:
+    """The sidecar's own answer for ``finish`` when no upstream response is to be delivered (or when the
+    deadline overrides it). ``None`` for ``cancelled``: the client is gone."""
+    reason = finish.reason
+    if reason is Reason.DEADLINE:
+        return deadline_expired(expired_status)
+    if reason is Reason.CANCELLED:
+        return None
+    tries = f" after {finish.attempts} attempt{'s' if finish.attempts != 1 else ''}"
+    outcome = finish.outcome
+    cls = outcome.cls if outcome is not None else None
+    detail = f" ({outcome.detail})" if outcome is not None and outcome.detail else ""
+    if cls is C.TIMEOUT:
+        return text(504, f"upstream timed out{tries}{detail}")
+    if cls is C.CONNECT_FAILURE:
+        return text(502, f"upstream connect failure{tries}{detail}")
+    if cls is C.RESET:
+        return text(502, f"upstream reset the connection{tries}")
+    if reason is Reason.NO_ENDPOINT:
+        return text(502, "no upstream endpoint available")
+    return text(
+        502,
+        f"no upstream response{tries} ({reason.value}{', ' + outcome.detail if outcome and outcome.detail else ''})",
+    )
+
+
+def text(status: int, message: str) -> Answer:
+    return Answer(status, f"retry-sidecar: {message}\n".encode())
+
+
+def encode(answer: Answer, keep_alive: bool, head_only: bool = False) -> bytes:
+    """The whole HTTP/1.1 response, ready to write."""
+    lines = [b"HTTP/1.1 %d %s\r\n" % (answer.status, phrase(answer.status))]
+    lines.append(b"Content-Type: text/plain; charset=utf-8\r\n")
+    lines.append(b"Content-Length: %d\r\n" % len(answer.body))
+    for n, v in answer.headers:
+        lines.append(n + b": " + v + b"\r\n")
+    if not keep_alive:
+        lines.append(b"Connection: close\r\n")
+    lines.append(b"\r\n")
+    if not head_only:
+        lines.append(answer.body)
+    return b"".join(lines)

@@ -1,0 +1,90 @@
+"""HTTP results in the engine's words (pure): a response head or a transport failure -> :class:`Outcome`.
+
+* a response carrying ``X-YaTaxi-Deadline-Expired`` -> ``timeout`` (with ``deadline_expired``), whatever its
+  status: it is never a body to pass on (userver deadline propagation);
+* a status in ``overload_status`` -> ``overloaded`` (503 is in both lists by default: overloaded wins);
+* a status in ``retryable_status`` -> ``unavailable``;
+* other 5xx -> ``fatal``; anything below 500 -> ``success`` (a 404 is the upstream's answer, not a failure).
+Pushback (``Retry-After``, ``pushback_header``) is read on ``overloaded`` and ``unavailable`` answers.
+Transport failures: refused/DNS/connect timeout -> ``connect-failure``; the connection broke before any
+response byte -> ``reset``. Per-try timeouts are the engine's own (it cancels the attempt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ...config import PolicyConfig
+from ...policy import Outcome, OutcomeClass
+from .headers import DEADLINE_EXPIRED_HEADER, Header
+from .pushback import pushback
+
+C = OutcomeClass
+_RETRY_AFTER = b"retry-after"
+
+#: The outcomes of transport failures, shared (they carry no per-response facts).
+CONNECT_FAILURE = Outcome(C.CONNECT_FAILURE, detail="connect failed")
+CONNECT_TIMEOUT = Outcome(C.CONNECT_FAILURE, detail="connect timeout")
+RESET = Outcome(C.RESET, detail="connection reset before the response")
+_SUCCESS_BY_STATUS: dict[int, Outcome] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class HttpClassifier:
+    """A policy's HTTP classification keys, ready to use on every response."""
+
+    overload: frozenset[int]
+    retryable: frozenset[int]
+    pushback_header: bytes | None
+
+    @classmethod
+    def from_policy(cls, cfg: PolicyConfig) -> HttpClassifier:
+        header = cfg.pushback_header.lower().encode("latin-1") if cfg.pushback_header else None
+        return cls(frozenset(cfg.overload_status), frozenset(cfg.retryable_status), header)
+
+    def response(self, status: int, headers: Iterable[Header], now_wall: float) -> Outcome:
+        """Classify a response head. ``now_wall``: the wall clock (for ``Retry-After`` dates)."""
+        overload = status in self.overload
+        if not overload and status not in self.retryable and status < 500:
+            # The common case first; a success still turns into a timeout if the upstream says so.
+            expired = _deadline_expired(headers)
+            if not expired:
+                return _success(status)
+            return Outcome(C.TIMEOUT, deadline_expired=True, detail=f"{status} deadline expired")
+        retry_after = millis = None
+        expired = False
+        pb_name = self.pushback_header
+        for low, _, value in headers:
+            if low == _RETRY_AFTER:
+                retry_after = value
+            elif low == DEADLINE_EXPIRED_HEADER and value.strip():
+                expired = True
+            elif pb_name is not None and low == pb_name:
+                millis = value
+        if expired:
+            return Outcome(C.TIMEOUT, deadline_expired=True, detail=f"{status} deadline expired")
+        if overload:
+            cls = C.OVERLOADED
+        elif status in self.retryable:
+            cls = C.UNAVAILABLE
+        else:
+            return Outcome(C.FATAL, detail=str(status))
+        hint = (
+            pushback(retry_after, millis, now_wall) if retry_after is not None or millis is not None else None
+        )
+        return Outcome(cls, pushback=hint, detail=str(status))
+
+
+def _deadline_expired(headers: Iterable[Header]) -> bool:
+    for low, _, value in headers:  # noqa: SIM110 - a loop costs one call, any(genexpr) one per header
+        if low == DEADLINE_EXPIRED_HEADER and value.strip():
+            return True
+    return False
+
+
+def _success(status: int) -> Outcome:
+    o = _SUCCESS_BY_STATUS.get(status)
+    if o is None:
+        o = _SUCCESS_BY_STATUS[status] = Outcome(C.SUCCESS, detail=str(status))
+    return o

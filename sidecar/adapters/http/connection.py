@@ -1,0 +1,362 @@
+"""One client connection: an asyncio Protocol parsing requests with httptools (llhttp).
+
+Requests are answered one after another, in order (pipelined requests wait their turn, their bodies held
+back by flow control); each request's head starts its handling at once while its body streams in. The
+connection is also the :class:`~.response.Pipe` through which a delivered upstream body reaches the
+client, with the client's flow control reaching back to the upstream socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+import httptools
+
+from . import answers
+from .replay import RequestBody
+from .request import IncomingRequest, refused
+from .response import UpstreamResponse
+
+if TYPE_CHECKING:
+    from .server import HttpListener
+
+log = logging.getLogger("sidecar.http")
+
+#: Parsed requests waiting behind the one being answered before reading pauses.
+PIPELINE_DEPTH = 16
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+class _HeadTooLarge(Exception):
+    pass
+
+
+class ServerConnection(asyncio.Protocol):
+    __slots__ = (
+        "listener",
+        "loop",
+        "transport",
+        "parser",
+        "current",
+        "queue",
+        "worker",
+        "wakeup",
+        "busy",
+        "closing",
+        "closed",
+        "client_ip",
+        "read_paused_by",
+        "streaming",
+        "stream_chunked",
+        "stream_done",
+        "write_paused",
+        "last_activity",
+        "in_body",
+    )
+
+    def __init__(self, listener: HttpListener) -> None:
+        self.listener = listener
+        self.loop = listener.loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.current: IncomingRequest | None = None  # being parsed
+        self.queue: deque[IncomingRequest] = deque()  # parsed, waiting to be (or being) answered
+        self.worker: asyncio.Task[None] | None = None  # answers the queue, then waits for more
+        self.wakeup: asyncio.Future[None] | None = None
+        self.busy = False  # a request is being answered
+        self.closing = False  # answer what is queued, then close
+        self.closed = False
+        self.client_ip = ""
+        self.read_paused_by: set[str] = set()
+        self.streaming: UpstreamResponse | None = None
+        self.stream_chunked = False
+        self.stream_done: asyncio.Future[bool] | None = None
+        self.write_paused = False
+        self.last_activity = self.loop.time()
+        self.in_body = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.client_ip = peer[0] if peer else ""
+        self.listener.connections.add(self)
+        if self.listener.stopping:
+            self.closing = True
+            transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_activity = self.loop.time()
+        if self.closing and self.current is None:
+            return  # after a refusal or during shutdown: nothing more is read
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as e:
+            self._upgrade(data[e.args[0] :] if e.args else b"")
+        except httptools.HttpParserCallbackError as e:
+            if isinstance(e.__context__, _HeadTooLarge):
+                self._refuse(
+                    431,
+                    f"request head larger than max_header_size ({self.listener.config.max_header_size} bytes)",
+                )
+            else:
+                log.exception("HTTP request parsing failed in a callback")
+                self._refuse(400, "bad request")
+        except httptools.HttpParserError as e:
+            self._refuse(400, f"malformed request: {e}")
+
+    def eof_received(self) -> bool:
+        # Like nginx, an end of input while a request is unanswered means the client gave up (a client
+        # that half-closes and still waits for its answer is rare, and indistinguishable from one gone).
+        self.closing = True
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.closing = True
+        self.listener.connections.discard(self)
+        if self.worker is not None:
+            self.worker.cancel()
+        for req in self.queue:
+            if req.body is not None:
+                req.body.discard()
+        if self.stream_done is not None and not self.stream_done.done():
+            self.stream_done.set_result(False)
+        self.listener.connection_idle(self)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        if self.streaming is not None:
+            self.streaming.pause_upstream()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.streaming is not None:
+            self.streaming.resume_upstream()
+
+    # -- httptools callbacks ---------------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self.current = IncomingRequest(self.loop.time())
+        self.in_body = False
+
+    def on_url(self, url: bytes) -> None:
+        req = self.current
+        assert req is not None
+        req.url += url
+        req.head_size += len(url)
+        if req.head_size > self.listener.config.max_header_size:
+            raise _HeadTooLarge
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        req = self.current
+        assert req is not None
+        if self.in_body:
+            return  # trailers: not forwarded
+        req.headers.append((name.lower(), name, value))
+        req.head_size += len(name) + len(value) + 4
+        if req.head_size > self.listener.config.max_header_size:
+            raise _HeadTooLarge
+
+    def on_headers_complete(self) -> None:
+        req = self.current
+        assert req is not None
+        p = self.parser
+        req.method = p.get_method()
+        req.version = p.get_http_version()
+        req.keep_alive = p.should_keep_alive()
+        length: int | None = 0
+        expect = False
+        for n, _, value in req.headers:
+            if n == b"content-length":
+                length = int(value)
+            elif n == b"transfer-encoding":
+                if b"chunked" in value.lower():
+                    length = None
+            elif n == b"expect":
+                expect = value.strip().lower() == b"100-continue"
+        if length != 0:
+            body = req.body = RequestBody(length, self.listener.replay_limit, self)
+            if expect and req.version == "1.1":
+                req.expect_continue = True
+                body.on_first_attach = self.send_continue
+        self.in_body = True
+        self._enqueue(req)
+        if len(self.queue) > PIPELINE_DEPTH:
+            self.pause_for("pipeline")
+
+    def on_body(self, body: bytes) -> None:
+        req = self.current
+        if req is not None and req.body is not None:
+            req.body.feed(body)
+
+    def on_message_complete(self) -> None:
+        req = self.current
+        self.current = None
+        self.in_body = False
+        if req is not None and req.body is not None:
+            req.body.end()
+
+    # -- errors in the client's bytes ------------------------------------------------------------------
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` after what is queued, then close; read nothing more."""
+        req = self.current
+        self.current = None
+        self.closing = True
+        self.pause_for("refused")
+        self.listener.refused(status)
+        if req is not None and req in self.queue:
+            # The head was fine and forwarding began; its body is broken: nothing sane can follow.
+            self._abort()
+            return
+        self._enqueue(refused(self.loop.time(), status, message))
+
+    def _upgrade(self, rest: bytes) -> None:
+        req = self.queue[-1] if self.queue else None
+        if req is None or req.method == b"CONNECT":
+            if req is not None:
+                req.refusal = (405, "CONNECT tunnels are not supported")
+                req.keep_alive = False
+                self.listener.refused(405)
+            self.closing = True
+            self.pause_for("refused")
+            return
+        # An Upgrade request (e.g. WebSocket) is forwarded as a plain request (Upgrade is hop-by-hop).
+        self.parser = httptools.HttpRequestParser(self)
+        if rest:
+            self.data_received(rest)
+
+    def _abort(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- flow control (replay.ReadControl) -------------------------------------------------------------
+    def pause_for(self, why: str) -> None:
+        if not self.read_paused_by and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self.read_paused_by.add(why)
+
+    def resume_for(self, why: str) -> None:
+        if why in self.read_paused_by:
+            self.read_paused_by.discard(why)
+            if not self.read_paused_by and self.transport is not None and not self.closed:
+                self.transport.resume_reading()
+
+    def pause_body(self) -> None:
+        self.pause_for("body")
+
+    def resume_body(self) -> None:
+        self.resume_for("body")
+
+    def send_continue(self) -> None:
+        if not self.closed:
+            self.transport.write(CONTINUE)  # type: ignore[union-attr]
+
+    # -- answering -------------------------------------------------------------------------------------
+    def _enqueue(self, req: IncomingRequest) -> None:
+        self.queue.append(req)
+        if self.worker is None:
+            self.busy = True
+            self.worker = self.loop.create_task(self._serve())
+        elif self.wakeup is not None and not self.wakeup.done():
+            self.busy = True
+            self.wakeup.set_result(None)
+
+    async def _serve(self) -> None:
+        """One task per connection answers its requests in order, then waits for the next (cheaper than
+        a task per request)."""
+        forwarder = self.listener.forwarder
+        queue = self.queue
+        try:
+            while not self.closed:
+                if not queue:
+                    self.busy = False
+                    self.listener.connection_idle(self)
+                    if self.closing:
+                        break
+                    self.wakeup = self.loop.create_future()
+                    await self.wakeup
+                    self.wakeup = None
+                    continue
+                self.busy = True
+                req = queue[0]
+                if req.refusal is not None:
+                    status, message = req.refusal
+                    self.write(answers.encode(answers.text(status, message), keep_alive=False))
+                    break
+                await forwarder.handle(req, self)
+                queue.popleft()
+                if len(queue) <= PIPELINE_DEPTH:
+                    self.resume_for("pipeline")
+                if not self.keep_alive_after(req):
+                    break
+                self.last_activity = self.loop.time()
+        except asyncio.CancelledError:
+            pass  # the client went away, or the listener stopped
+        except Exception:
+            log.exception("answering a request failed")
+        finally:
+            self.busy = False
+            self.worker = None
+            self.wakeup = None
+            self.close()
+            self.listener.connection_idle(self)
+
+    def keep_alive_after(self, req: IncomingRequest) -> bool:
+        """May this connection carry another request after ``req``'s answer?"""
+        return req.keep_alive and not self.closing and req.body_complete
+
+    def write(self, data: bytes) -> None:
+        if not self.closed:
+            self.transport.write(data)  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        self.closing = True
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+
+    # -- the response pipe (response.Pipe) -------------------------------------------------------------
+    def stream(self, resp: UpstreamResponse, chunked: bool) -> asyncio.Future[bool]:
+        """Write ``resp``'s body as it comes; the future says whether it ended cleanly."""
+        self.streaming = resp
+        self.stream_chunked = chunked
+        fut = self.stream_done = self.loop.create_future()
+        if self.closed:
+            fut.set_result(False)
+            return fut
+        resp.pipe = self
+        if self.write_paused:
+            resp.pause_upstream()
+        else:
+            resp.resume_upstream()
+        return fut
+
+    def data(self, chunk: bytes) -> None:
+        if self.closed:
+            return
+        self.last_activity = self.loop.time()
+        if self.stream_chunked:
+            self.transport.writelines((b"%x\r\n" % len(chunk), chunk, b"\r\n"))  # type: ignore[union-attr]
+        else:
+            self.transport.write(chunk)  # type: ignore[union-attr]
+
+    def end(self) -> None:
+        if self.stream_chunked and not self.closed:
+            self.transport.write(b"0\r\n\r\n")  # type: ignore[union-attr]
+        self._stream_over(True)
+
+    def abort(self, why: str) -> None:
+        log.info("response from upstream broke off: %s", why)
+        self._stream_over(False)
+
+    def _stream_over(self, ok: bool) -> None:
+        if self.streaming is not None:
+            self.streaming.pipe = None
+            self.streaming = None
+        fut = self.stream_done
+        self.stream_done = None
+        if fut is not None and not fut.done():
+            fut.set_result(ok)

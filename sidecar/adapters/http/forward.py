@@ -1,0 +1,258 @@
+"""Forwarding one request: route it, read its deadline, let the engine drive the attempts, answer.
+
+The request head sent upstream is built once per request (hop-by-hop headers dropped, ``X-Forwarded-For``
+and ``-Proto`` added, the body's framing restated) and completed per attempt (``attempt.py``). The answer
+follows the engine's finish (see ``answers.py``): the chosen upstream response is streamed to the client
+as it arrives, or the sidecar answers itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import httptools
+
+from ...policy import Reason
+from ...policy.deadline import parse_timeout_ms
+from ...runtime import drive
+from ...services import Services
+from . import answers
+from .attempt import Attempter
+from .headers import request_head, response_head
+from .plan import Plan
+from .pool import Pool
+from .request import IncomingRequest
+from .response import UpstreamResponse
+from .routing import Router, Target, split_host
+
+if TYPE_CHECKING:
+    from .connection import ServerConnection
+    from .server import HttpListener
+
+
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
+_METHODS = {
+    m: m.decode() for m in (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE")
+}
+
+
+class Forwarder:
+    def __init__(self, listener: HttpListener, services: Services) -> None:
+        self.listener = listener
+        self.name = listener.name
+        self.services = services
+        self.telemetry = services.telemetry
+        self.tracing = services.telemetry.tracer is not None
+        self.router = Router(listener.config, services.config.upstreams)
+        self.pools: dict[str, dict[str, Pool]] = {}
+        self.plans: dict[int, Plan] = {}  # by id(target): the router's targets are a fixed set
+        self._self_hosts: dict[bytes, bool] = {}
+
+    def plan(self, target: Target) -> Plan:
+        plan = self.plans.get(id(target))
+        if plan is None:
+            pools = self.pools.setdefault(target.upstream, {})
+            plan = Plan(
+                self.services.policy(target.policy),
+                self.services.upstream(target.upstream),
+                target.retry_non_idempotent,
+                pools,
+            )
+            self.plans[id(target)] = plan
+        return plan
+
+    def all_pools(self) -> list[Pool]:
+        return [p for pools in self.pools.values() for p in pools.values()]
+
+    # -- one request -----------------------------------------------------------------------------------
+    async def handle(self, req: IncomingRequest, conn: ServerConnection) -> None:
+        url = req.url
+        authority: bytes | None = None
+        if url[:1] == b"/" or url == b"*":
+            target_url = url
+            if self.router.routes:
+                host = _header(req.headers, b"host")
+                path = url.partition(b"?")[0].decode("latin-1")
+                target = self.router.route(host.decode("latin-1") if host else None, path)
+            else:
+                target = self.router.fallback
+        else:
+            try:
+                u = httptools.parse_url(url)
+            except httptools.HttpParserInvalidURLError:
+                return self._refuse(req, conn, 400, "malformed request target")
+            if u.schema != b"http" or not u.host:
+                return self._refuse(req, conn, 403, "only http:// targets can be proxied")
+            port = u.port or 80
+            hostname = u.host.decode("latin-1")
+            path = (u.path or b"/").decode("latin-1")
+            found = self.router.proxy(hostname, port, path)
+            if found is None:
+                return self._refuse(
+                    req,
+                    conn,
+                    403,
+                    f"no upstream named or reached at {hostname}:{port}: the sidecar is not an open proxy",
+                )
+            target = found
+            target_url = (u.path or b"/") + (b"?" + u.query if u.query else b"")
+            authority = u.host if u.port is None else b"%s:%d" % (u.host, u.port)
+        plan = self.plans.get(id(target)) or self.plan(target)
+        body = req.body
+        rh = request_head(
+            req.method,
+            target_url,
+            req.headers,
+            client_ip=conn.client_ip,
+            deadline_header=plan.deadline_lname,
+            body_length=None if body is None else body.length,
+            chunked=body is not None and body.chunked,
+            authority=authority,
+            is_self=self._is_self,
+            replace_trace=self.tracing,
+        )
+        timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None
+        deadline = req.began + (timeout if timeout is not None else plan.default_deadline)
+        method = _METHODS.get(req.method) or req.method.decode("latin-1")
+        attrs = None
+        if self.tracing:  # span attributes cost only when there are spans
+            attrs = {
+                "http.request.method": method,
+                "url.path": target_url.partition(b"?")[0].decode("latin-1"),
+                "url.scheme": "http",
+            }
+            host = rh.client_host if authority is None else authority
+            if host:
+                h, p = split_host(host.decode("latin-1"))
+                attrs["server.address"] = h
+                if p is not None:
+                    attrs["server.port"] = p
+        obs = self.telemetry.request(
+            listener=self.name,
+            upstream=plan.upstream_name,
+            protocol="http",
+            name=method,
+            attributes=attrs,
+            parent=rh.trace,
+        )
+        if timeout is not None:
+            obs.deadline_received(timeout)
+        idempotent = req.idempotent
+        may_retry = idempotent or plan.retry_non_idempotent
+        if body is not None:
+            body.restrict(plan.replay_limit)
+        replayable = body is None or body.replayable
+        if not replayable:
+            obs.buffer_exceeded()
+        call = self.services.new_call(
+            plan.policy,
+            plan.upstream,
+            deadline=deadline,
+            retry_on=None if may_retry else plan.connect_only,
+            replayable=replayable,
+        )
+        attempter = Attempter(conn.loop, plan, req, obs, rh.head, rh.host is None, may_retry)
+        try:
+            delivery = await drive(call, attempter, obs)
+        except asyncio.CancelledError:
+            obs.end("client went away")
+            raise
+        except BaseException as e:
+            obs.end(f"internal error: {type(e).__name__}")
+            raise
+        finish = delivery.finish
+        resp: UpstreamResponse | None = delivery.payload
+        expired = finish.outcome is not None and finish.outcome.deadline_expired
+        if resp is not None and (finish.reason is Reason.DEADLINE or expired):
+            # Nobody waits for it any more, or the upstream said it ran out of time: never a body to pass on.
+            attempter.discard(resp)
+            resp = None
+        if resp is None:
+            answer = answers.for_finish(finish, plan.expired_status)
+            if answer is not None:
+                self._answer(req, conn, answer)
+                obs.set_attribute("http.response.status_code", answer.status)
+            obs.end(None if answer is None or answer.status < 500 else answer.body.decode().strip())
+            return
+        obs.set_attribute("http.response.status_code", resp.status)
+        try:
+            ok = await self._deliver(req, conn, resp)
+        except BaseException:
+            resp.abort()
+            obs.end("client went away")
+            raise
+        obs.end(None if ok else "upstream response broke off")
+
+    def _is_self(self, host: bytes) -> bool:
+        """Does ``Host`` name the sidecar itself (``127.0.0.1:15001``)? Then the upstream is told its own
+        name instead; any other Host (a virtual host the app means) is passed on."""
+        known = self._self_hosts.get(host)
+        if known is None:
+            h, port = split_host(host.decode("latin-1"))
+            known = (
+                h in _LOOPBACK or h == self.listener.host.lower() and port in (None, self.listener.address[1])
+            )
+            if len(self._self_hosts) < 1024:
+                self._self_hosts[host] = known
+        return known
+
+    # -- answers ---------------------------------------------------------------------------------------
+    async def _deliver(self, req: IncomingRequest, conn: ServerConnection, resp: UpstreamResponse) -> bool:
+        """Write the chosen response: its head and what arrived of its body at once, then the rest as it
+        comes. Returns whether it ended cleanly."""
+        with_body = not (resp.no_body or req.head_request)
+        lines, chunked, keep = response_head(
+            resp.status,
+            resp.reason,
+            resp.headers,
+            length=resp.length,
+            with_body=with_body,
+            client_version=req.version,
+            keep_alive=conn.keep_alive_after(req),
+        )
+        if not keep:
+            conn.closing = True
+        if not with_body:
+            conn.write(b"".join(lines))
+            resp.release()
+            return True
+        for chunk in resp.take_held():
+            if chunked:
+                lines += (b"%x\r\n" % len(chunk), chunk, b"\r\n")
+            else:
+                lines.append(chunk)
+        if resp.complete or resp.error is not None:
+            if chunked and resp.complete:
+                lines.append(b"0\r\n\r\n")
+            conn.write(b"".join(lines))
+            resp.release()
+            if resp.error is not None:
+                conn.close()
+                return False
+            return True
+        conn.write(b"".join(lines))
+        ok = await conn.stream(resp, chunked)
+        resp.release()
+        if not ok:
+            conn.close()
+        return ok
+
+    def _answer(self, req: IncomingRequest, conn: ServerConnection, answer: answers.Answer) -> None:
+        keep = conn.keep_alive_after(req)
+        if not keep:
+            conn.closing = True
+        if req.body is not None and not req.body.complete:
+            req.body.discard()
+        conn.write(answers.encode(answer, keep, head_only=req.head_request))
+
+    def _refuse(self, req: IncomingRequest, conn: ServerConnection, status: int, message: str) -> None:
+        self.listener.refused(status)
+        self._answer(req, conn, answers.text(status, message))
+
+
+def _header(headers: list[tuple[bytes, bytes, bytes]], lname: bytes) -> bytes | None:
+    for low, _, value in headers:
+        if low == lname:
+            return value
+    return None

@@ -1,0 +1,201 @@
+"""Header rules of a forwarding proxy (pure): what is hop-by-hop, the request head the upstream is sent,
+the response head the client is sent. Headers travel as ``(name, value)`` byte pairs in the order they
+came, each as ``(lowercased name, name, value)`` so that names are lowered once, when parsed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from http import HTTPStatus
+
+Header = tuple[bytes, bytes, bytes]  # (lowercased name, name as received, value)
+
+#: RFC 9110 7.6.1 connection-specific fields, plus the legacy ones proxies still meet.
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+    }
+)
+
+ATTEMPT_HEADER = b"x-sidecar-attempt"
+DEADLINE_EXPIRED_HEADER = b"x-yataxi-deadline-expired"
+TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
+#: Request headers the sidecar restates itself (framing, Host) or replaces per attempt.
+_REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length", b"expect", b"x-forwarded-for", ATTEMPT_HEADER}
+
+
+_PLAIN_CONNECTION = {
+    b"keep-alive": b"keep-alive",
+    b"close": b"close",
+    b"Keep-Alive": b"keep-alive",
+    b"Close": b"close",
+}
+
+
+def header(name: bytes, value: bytes) -> Header:
+    return (name.lower(), name, value)
+
+
+def connection_tokens(headers: Iterable[Header]) -> frozenset[bytes]:
+    """The lowercased options of every ``Connection`` header (``close``, ``keep-alive``, header names)."""
+    out: set[bytes] = set()
+    for low, _, value in headers:
+        if low == b"connection":
+            plain = _PLAIN_CONNECTION.get(value)
+            if plain is not None:
+                out.add(plain)
+                continue
+            out.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return frozenset(out)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    """``head``: request line and headers, without per-attempt lines and without the final blank line.
+    ``host``: the Host passed on (``None``: each attempt names its endpoint). ``client_host``: the Host the
+    client named. ``deadline``: the incoming deadline header's value. ``trace``: incoming trace context
+    (``traceparent``/``tracestate``) when each attempt replaces it with its own."""
+
+    head: bytes
+    host: bytes | None
+    client_host: bytes | None
+    deadline: bytes | None
+    trace: dict[str, str] | None
+
+
+_DROP_SETS: dict[tuple[bytes, bool], frozenset[bytes]] = {}
+
+
+def _drop_set(deadline_header: bytes, replace_trace: bool) -> frozenset[bytes]:
+    key = (deadline_header, replace_trace)
+    drop = _DROP_SETS.get(key)
+    if drop is None:
+        drop = _REQUEST_DROP | {deadline_header} | (TRACE_HEADERS if replace_trace else frozenset())
+        _DROP_SETS[key] = drop
+    return drop
+
+
+def request_head(
+    method: bytes,
+    target: bytes,
+    headers: list[Header],
+    *,
+    client_ip: str,
+    deadline_header: bytes,
+    body_length: int | None,
+    chunked: bool,
+    authority: bytes | None = None,
+    is_self: Callable[[bytes], bool] = lambda host: False,
+    replace_trace: bool = False,
+) -> RequestHead:
+    """The head of the request sent upstream.
+
+    Hop-by-hop headers and those ``Connection`` names are dropped; ``X-Forwarded-For`` gets the client
+    appended and ``X-Forwarded-Proto: http`` is added unless an earlier proxy set it; the body's framing
+    is restated (``Content-Length`` or chunked); ``Expect`` is dropped (the sidecar answers
+    ``100 Continue`` itself); the deadline header and ``x-sidecar-attempt`` are left to each attempt.
+    ``Host``: an absolute-form request's authority, else the client's Host unless it names the sidecar
+    itself (``is_self``), in which case each attempt names its endpoint.
+    """
+    drop = _drop_set(deadline_header, replace_trace)
+    for low, _, _ in headers:
+        if low == b"connection":
+            drop = drop | connection_tokens(headers)
+            break
+    lines = [method, b" ", target, b" HTTP/1.1\r\n"]
+    client_host = None
+    deadline = None
+    trace: dict[str, str] | None = None
+    xff: list[bytes] = []
+    proto = False
+    for low, name, value in headers:
+        if low in drop:
+            if low == b"host":
+                if client_host is None:
+                    client_host = value
+            elif low == deadline_header:
+                deadline = value
+            elif low == b"x-forwarded-for":
+                xff.append(value)
+            elif replace_trace and low in TRACE_HEADERS:
+                if trace is None:
+                    trace = {}
+                trace[low.decode("latin-1")] = value.decode("latin-1")
+            continue
+        if low == b"x-forwarded-proto":
+            proto = True
+        lines += (name, b": ", value, b"\r\n")
+    if authority is not None:
+        host = authority
+    elif client_host is not None and not is_self(client_host):
+        host = client_host
+    else:
+        host = None
+    if host is not None:
+        lines += (b"Host: ", host, b"\r\n")
+    xff.append(client_ip.encode("latin-1"))
+    lines += (b"X-Forwarded-For: ", b", ".join(xff), b"\r\n")
+    if not proto:
+        lines.append(b"X-Forwarded-Proto: http\r\n")
+    if chunked:
+        lines.append(b"Transfer-Encoding: chunked\r\n")
+    elif body_length is not None:
+        lines.append(b"Content-Length: %d\r\n" % body_length)
+    return RequestHead(b"".join(lines), host, client_host, deadline, trace)
+
+
+def phrase(status: int) -> bytes:
+    if status == 498:
+        return b"Deadline Expired"
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b"Unknown"
+
+
+def response_head(
+    status: int,
+    reason: bytes,
+    headers: list[Header],
+    *,
+    length: int | None,
+    with_body: bool,
+    client_version: str,
+    keep_alive: bool,
+) -> tuple[list[bytes], bool, bool]:
+    """The head of an upstream response as the client gets it: the upstream's status, reason and end-to-end
+    headers, reframed for the client connection. Returns (the head's pieces, ending with the blank line;
+    whether the body goes chunked; whether the connection stays open). A body of unknown length goes
+    chunked to an HTTP/1.1 client, and to an HTTP/1.0 client ends with the connection."""
+    lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason or phrase(status))]
+    nominated: frozenset[bytes] | tuple[()] = ()
+    for low, _, _ in headers:
+        if low == b"connection":
+            nominated = connection_tokens(headers)
+            break
+    for low, name, value in headers:
+        if low in HOP_BY_HOP or low in nominated:
+            continue
+        lines += (name, b": ", value, b"\r\n")
+    chunked = False
+    if with_body and length is None:
+        if client_version == "1.1":
+            chunked = True
+            lines.append(b"Transfer-Encoding: chunked\r\n")
+        else:
+            keep_alive = False
+    if not keep_alive:
+        lines.append(b"Connection: close\r\n")
+    elif client_version == "1.0":
+        lines.append(b"Connection: keep-alive\r\n")
+    lines.append(b"\r\n")
+    return lines, chunked, keep_alive

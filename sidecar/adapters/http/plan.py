@@ -1,0 +1,61 @@
+"""Everything a request needs from its target (upstream, policy, classification, deadline header, pools),
+resolved once per target so the hot path only looks things up."""
+
+from __future__ import annotations
+
+from ...config.units import split_host_port
+from ...policy import OutcomeClass
+from ...services import CompiledPolicy, UpstreamRuntime
+from .classify import HttpClassifier
+from .pool import Pool
+
+#: The policy's ``replay_buffer`` when it does not say (``None``).
+DEFAULT_REPLAY_BUFFER = 1024 * 1024
+
+
+class Plan:
+    __slots__ = (
+        "upstream_name",
+        "policy",
+        "upstream",
+        "classifier",
+        "deadline_lname",
+        "deadline_name",
+        "expired_status",
+        "default_deadline",
+        "retry_non_idempotent",
+        "connect_only",
+        "replay_limit",
+        "pools",
+    )
+
+    def __init__(
+        self,
+        policy: CompiledPolicy,
+        upstream: UpstreamRuntime,
+        retry_non_idempotent: bool | None,
+        pools: dict[str, Pool],
+    ) -> None:
+        cfg = policy.config
+        self.upstream_name = upstream.name
+        self.policy = policy
+        self.upstream = upstream
+        self.classifier = HttpClassifier.from_policy(cfg)
+        self.deadline_name = cfg.deadline.header.encode("latin-1")
+        self.deadline_lname = self.deadline_name.lower()
+        self.expired_status = cfg.deadline.expired_status
+        self.default_deadline = policy.engine.deadline
+        self.retry_non_idempotent = (
+            cfg.retry_non_idempotent if retry_non_idempotent is None else retry_non_idempotent
+        )
+        self.connect_only = policy.engine.retry_on & {OutcomeClass.CONNECT_FAILURE}
+        self.replay_limit = DEFAULT_REPLAY_BUFFER if cfg.replay_buffer is None else cfg.replay_buffer
+        self.pools = pools
+
+    def pool(self, endpoint: str) -> Pool:
+        pool = self.pools.get(endpoint)
+        if pool is None:
+            host, port = split_host_port(endpoint)
+            uc = self.upstream.config
+            pool = self.pools[endpoint] = Pool(endpoint, host, port, uc.connect_timeout, uc.max_connections)
+        return pool

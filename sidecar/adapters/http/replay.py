@@ -1,0 +1,162 @@
+"""The request body on its way from the client to the attempts: streamed, and kept for replay.
+
+Chunks are pushed to every attempt sending the body as they arrive (no copy, no task), and kept so that a
+retry or hedge can send them again, up to ``limit`` bytes (the policy's ``replay_buffer``). Past the limit
+the body is no longer replayable: the hook ``on_overflow`` tells the engine (``buffer-exceeded``), the
+attempt in flight keeps streaming, and what it has sent is let go. A body whose declared length is over the
+limit is not replayable from the start.
+
+Flow control: reading from the client pauses while an attempt's upstream socket is backed up, or while
+more than ``WATERMARK`` bytes wait with no attempt to take them (before connecting, during a backoff).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+WATERMARK = 256 * 1024
+
+
+class BodySink(Protocol):
+    def body_data(self, data: bytes) -> None: ...
+    def body_end(self) -> None: ...
+
+
+class ReadControl(Protocol):
+    def pause_body(self) -> None: ...
+    def resume_body(self) -> None: ...
+
+
+class RequestBody:
+    __slots__ = (
+        "limit",
+        "length",
+        "chunked",
+        "chunks",
+        "received",
+        "complete",
+        "replayable",
+        "sinks",
+        "paused_sinks",
+        "pending",
+        "attached",
+        "dropped",
+        "discarding",
+        "pausing",
+        "control",
+        "on_overflow",
+        "on_first_attach",
+    )
+
+    def __init__(self, length: int | None, limit: int, control: ReadControl) -> None:
+        """``length``: the declared ``Content-Length``, ``None`` when chunked."""
+        self.limit = limit
+        self.length = length
+        self.chunked = length is None
+        self.chunks: list[bytes] = []
+        self.received = 0
+        self.complete = False
+        self.replayable = length is None or length <= limit
+        self.sinks: list[BodySink] = []
+        self.paused_sinks: set[int] = set()
+        self.pending = 0  # bytes received that no attempt has taken yet
+        self.attached = False
+        self.dropped = False
+        self.discarding = False
+        self.pausing = False
+        self.control = control
+        self.on_overflow: Callable[[], None] | None = None
+        self.on_first_attach: Callable[[], None] | None = None
+
+    def restrict(self, limit: int) -> None:
+        """Apply the route's own replay limit (the body began to arrive before the route was known)."""
+        self.limit = limit
+        if self.replayable and ((self.length is not None and self.length > limit) or self.received > limit):
+            self.replayable = False
+
+    # -- from the client side ------------------------------------------------------------------------
+    def feed(self, data: bytes) -> None:
+        if self.discarding or not data:
+            return
+        self.received += len(data)
+        for s in self.sinks:
+            s.body_data(data)
+        if self.replayable and self.received > self.limit:
+            self.replayable = False
+            if self.on_overflow is not None:
+                self.on_overflow()
+        if self.replayable or not self.attached:
+            self.chunks.append(data)
+        elif self.chunks:
+            self.chunks.clear()
+            self.dropped = True
+        else:
+            self.dropped = True
+        if not self.sinks:
+            self.pending += len(data)
+        self._flow()
+
+    def end(self) -> None:
+        self.complete = True
+        for s in self.sinks:
+            s.body_end()
+        self.sinks.clear()
+        self._flow()
+
+    def discard(self) -> None:
+        """The request is over (answered without its whole body): drop what comes, stop holding back."""
+        self.discarding = True
+        self.chunks.clear()
+        self.sinks.clear()
+        self.paused_sinks.clear()
+        self.pending = 0
+        self._flow()
+
+    # -- from the attempts ---------------------------------------------------------------------------
+    def attach(self, sink: BodySink) -> None:
+        """Send the body to ``sink``: what has arrived now, the rest as it comes."""
+        if self.dropped:
+            raise RuntimeError("the request body was not kept: it cannot be sent again")
+        if not self.attached:
+            self.attached = True
+            if self.on_first_attach is not None:
+                self.on_first_attach()
+        for c in self.chunks:
+            sink.body_data(c)
+        if not self.replayable:
+            self.chunks.clear()
+            self.dropped = self.received > 0
+        if self.complete:
+            sink.body_end()
+        else:
+            self.sinks.append(sink)
+        self.pending = 0
+        self._flow()
+
+    def detach(self, sink: BodySink) -> None:
+        if sink in self.sinks:
+            self.sinks.remove(sink)
+        self.paused_sinks.discard(id(sink))
+        self._flow()
+
+    def sink_paused(self, sink: BodySink) -> None:
+        self.paused_sinks.add(id(sink))
+        self._flow()
+
+    def sink_resumed(self, sink: BodySink) -> None:
+        self.paused_sinks.discard(id(sink))
+        self._flow()
+
+    def _flow(self) -> None:
+        want = (
+            not self.complete
+            and not self.discarding
+            and (bool(self.paused_sinks) or self.pending > WATERMARK)
+        )
+        if want != self.pausing:
+            self.pausing = want
+            if want:
+                self.control.pause_body()
+            else:
+                self.control.resume_body()

@@ -1,0 +1,116 @@
+"""The HTTP listener: accepts client connections (``connection.py``), forwards their requests
+(``forward.py``), drains on stop, and sweeps idle connections (clients and pooled upstream ones)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ...config.schema import HttpListenerConfig
+from ...config.units import split_host_port
+from ...services import Services
+from .connection import ServerConnection
+from .forward import Forwarder
+from .plan import DEFAULT_REPLAY_BUFFER
+
+log = logging.getLogger("sidecar.http")
+
+#: Pooled upstream connections idle this long are closed (below common server keep-alive timeouts).
+POOL_IDLE_TIMEOUT = 30.0
+SWEEP_EVERY = 1.0
+
+
+class HttpListener:
+    def __init__(self, config: HttpListenerConfig, services: Services) -> None:
+        self.name = config.name
+        self.config = config
+        self.services = services
+        self.host, self.port = split_host_port(config.listen)
+        self._address: tuple[str, int] = (self.host, self.port)
+        self.connections: set[ServerConnection] = set()
+        self.stopping = False
+        self.server: asyncio.base_events.Server | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._drained: asyncio.Event | None = None
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.forwarder = Forwarder(self, services)
+        limits = [
+            services.policy(name).config.replay_buffer
+            for name in {config.policy, *(r.policy for r in config.routes)}
+            if name is not None
+        ]
+        # A body is read before its route is known to need it: keep as much as the largest route allows.
+        self.replay_limit = max(
+            (DEFAULT_REPLAY_BUFFER if v is None else v for v in limits), default=DEFAULT_REPLAY_BUFFER
+        )
+        self._rejected = services.telemetry.metrics.listener(config.name)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self._address
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.server = await self.loop.create_server(
+            lambda: ServerConnection(self), self.host, self.port, reuse_address=True, backlog=1024
+        )
+        sock = self.server.sockets[0]
+        self._address = sock.getsockname()[:2]
+        self._sweeper = self.loop.call_later(SWEEP_EVERY, self._sweep)
+
+    async def stop(self, grace: float) -> None:
+        """Stop accepting; answer what is in progress (for up to ``grace`` seconds); close everything."""
+        self.stopping = True
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self.connections):
+            conn.closing = True
+            if not conn.busy:
+                conn.close()
+        busy = [c for c in self.connections if c.busy]
+        if busy and grace > 0:
+            self._drained = asyncio.Event()
+            try:
+                async with asyncio.timeout(grace):
+                    await self._drained.wait()
+            except TimeoutError:
+                log.warning(
+                    "listener %s: %d connection(s) still busy after %.1fs; closing",
+                    self.name,
+                    len(busy),
+                    grace,
+                )
+        for conn in list(self.connections):
+            conn._abort()
+            if conn.worker is not None:
+                conn.worker.cancel()
+        for pool in self.forwarder.all_pools():
+            pool.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self.server is not None:
+            await self.server.wait_closed()
+
+    # -- from connections ------------------------------------------------------------------------------
+    def connection_idle(self, conn: ServerConnection) -> None:
+        if self._drained is not None and not any(c.busy for c in self.connections):
+            self._drained.set()
+
+    def refused(self, status: int) -> None:
+        self._rejected.reject(str(status))
+
+    def _sweep(self) -> None:
+        now = self.loop.time()
+        idle_timeout = self.config.idle_timeout
+        for conn in list(self.connections):
+            if now - conn.last_activity <= idle_timeout:
+                continue
+            if not conn.busy and conn.current is None:
+                conn.close()  # idle keep-alive connection
+            elif conn.current is not None and conn.current not in conn.queue and not conn.busy:
+                conn._refuse(408, f"request head not received within idle_timeout ({idle_timeout:g}s)")
+            elif conn.streaming is not None:
+                conn.streaming.failed("no data from the upstream within idle_timeout")
+        for pool in self.forwarder.all_pools():
+            pool.sweep(now, min(POOL_IDLE_TIMEOUT, idle_timeout))
+        self._sweeper = self.loop.call_later(SWEEP_EVERY, self._sweep)

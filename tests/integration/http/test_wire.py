@@ -1,0 +1,293 @@
+"""HTTP/1.1 on the wire: bodies both ways, framing, keep-alive, pipelining, 100-continue, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+
+import aiohttp
+
+from sidecar.policy import Reason
+from sidecar.testing.http_upstream import Fault
+
+from .conftest import config, raw, sidecar
+
+MiB = 1024 * 1024
+
+
+async def test_a_5mib_upload_is_streamed_once_and_not_retried(client, upstream) -> None:
+    upstream.fail_next(2, 503)
+    async with sidecar(config([upstream.endpoint])) as sc:
+        async with client.put(sc.url + "/blob", data=b"u" * (5 * MiB)) as r:  # idempotent, but too big
+            assert r.status == 503
+        assert upstream.hits == 1 and upstream.received[0].body_len == 5 * MiB
+
+        async def chunks():  # no Content-Length: the overflow is found mid-stream
+            for _ in range(5):
+                yield b"c" * MiB
+
+        async with client.put(sc.url + "/blob", data=chunks()) as r:
+            assert r.status == 503
+        assert upstream.hits == 2 and upstream.received[1].body_len == 5 * MiB
+        assert sc.requests(Reason.BUFFER_EXCEEDED) == 2
+        assert sc.metric("sidecar_buffer_exceeded_total") == 2
+
+
+async def test_a_body_within_the_replay_buffer_is_replayed(client, upstream) -> None:
+    upstream.fail_next(1, 503)
+    async with sidecar(config([upstream.endpoint])) as sc:
+
+        async def chunks():
+            for _ in range(4):
+                yield b"r" * 100_000
+
+        async with client.put(sc.url + "/doc", data=chunks()) as r:
+            assert r.status == 200
+        assert [s.body_len for s in upstream.received] == [400_000, 400_000]
+
+
+async def test_a_large_download_streams_through_without_being_held(client, upstream) -> None:
+    size = 128 * MiB
+    async with sidecar(config([upstream.endpoint])) as sc:
+        base = _rss()
+        peak = base
+        got = 0
+        async with client.get(sc.url + f"/bytes/{size}?chunked=1") as r:
+            assert r.status == 200 and r.headers["Transfer-Encoding"] == "chunked"
+            async for chunk in r.content.iter_chunked(MiB):
+                got += len(chunk)
+                peak = max(peak, _rss())
+        assert got == size
+        assert peak - base < 48 * MiB  # the client, the sidecar and the upstream together held little
+
+
+async def test_head_204_304_and_pipelined_requests_keep_their_framing(upstream) -> None:
+    upstream.then(Fault(204, body=b""), Fault(304, body=b"", headers=(("ETag", '"v1"'),)))
+    async with sidecar(config([upstream.endpoint])) as sc:
+        reqs = (
+            b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"HEAD /bytes/1000 HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        data = await raw(sc.host, sc.port, reqs)
+    answers = data.split(b"HTTP/1.1 ")[1:]
+    assert [a[:3] for a in answers] == [b"204", b"304", b"200", b"200"]
+    assert b'ETag: "v1"' in answers[1]
+    assert b"Content-Length: 1000" in answers[2] and answers[2].endswith(b"\r\n\r\n")  # HEAD: no body
+    assert answers[3].endswith(b"\r\n\r\nok\n")
+    assert [s.path for s in upstream.received] == ["/a", "/b", "/bytes/1000", "/c"]
+
+
+async def test_chunked_request_and_response_bodies(client, upstream) -> None:
+    async with sidecar(config([upstream.endpoint])) as sc:
+        data = await raw(
+            sc.host,
+            sc.port,
+            b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+        )
+        assert data.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert upstream.received[0].body_len == 11
+        assert upstream.received[0].headers.get("Transfer-Encoding") == "chunked"
+        async with client.get(sc.url + "/bytes/300000?chunked=1") as r:
+            assert len(await r.read()) == 300000
+
+
+async def test_expect_100_continue(upstream) -> None:
+    async with sidecar(config([upstream.endpoint])) as sc:
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        writer.write(b"PUT /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"hello")
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+        writer.close()
+    assert upstream.received[0].body_len == 5 and "Expect" not in upstream.received[0].headers
+
+
+async def test_http_1_0_client_gets_a_close_delimited_body(upstream) -> None:
+    async with sidecar(config([upstream.endpoint])) as sc:
+        data = await raw(sc.host, sc.port, b"GET /bytes/70000?chunked=1 HTTP/1.0\r\n\r\n")
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding" not in head and b"Connection: close" in head
+    assert len(body) == 70000
+
+
+async def test_hop_by_hop_headers_are_dropped_and_forwarding_headers_added(client, upstream) -> None:
+    async with sidecar(config([upstream.endpoint])) as sc:
+        headers = {
+            "Connection": "keep-alive, X-Private",
+            "X-Private": "secret",
+            "Keep-Alive": "timeout=5",
+            "TE": "trailers",
+            "X-Forwarded-For": "10.1.2.3",
+            "X-Custom": "kept",
+            "x-sidecar-attempt": "7",
+        }
+        async with client.get(sc.url + "/", headers=headers) as r:
+            assert r.status == 200
+    seen = upstream.received[0].headers
+    for gone in ("X-Private", "Keep-Alive", "TE"):
+        assert gone not in seen
+    assert seen["X-Custom"] == "kept"
+    assert seen["X-Forwarded-For"] == "10.1.2.3, 127.0.0.1" and seen["X-Forwarded-Proto"] == "http"
+    assert seen["x-sidecar-attempt"] == "1"  # the client's own value is not passed on
+    assert seen["Host"] == upstream.endpoint  # the app named the sidecar: the upstream is told its name
+
+
+async def test_a_virtual_host_is_passed_on(client, upstream) -> None:
+    async with (
+        sidecar(config([upstream.endpoint])) as sc,
+        client.get(sc.url + "/", headers={"Host": "orders.internal"}) as r,
+    ):
+        assert r.status == 200
+    assert upstream.received[0].headers["Host"] == "orders.internal"
+
+
+async def test_malformed_requests_get_400_and_other_connections_carry_on(client, upstream) -> None:
+    async with sidecar(config([upstream.endpoint])) as sc:
+        async with client.get(sc.url + "/before") as r:  # a keep-alive connection, open throughout
+            assert r.status == 200
+        bad = await raw(sc.host, sc.port, b"GET / HTTP/1.1\r\nHo st: x\r\n\r\n")
+        assert bad.startswith(b"HTTP/1.1 400 Bad Request\r\n") and b"malformed request" in bad
+        bad = await raw(sc.host, sc.port, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(64))
+        assert bad.startswith(b"HTTP/1.1 400 Bad Request\r\n")  # TLS spoken to a plain listener
+        huge = await raw(sc.host, sc.port, b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n")
+        assert huge.startswith(b"HTTP/1.1 431 ")
+        connect = await raw(
+            sc.host, sc.port, b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com\r\n\r\n"
+        )
+        assert connect.startswith(b"HTTP/1.1 405 ")
+        async with client.get(sc.url + "/after") as r:
+            assert r.status == 200
+        assert [s.path for s in upstream.received] == ["/before", "/after"]
+        assert sc.metric("sidecar_rejected_total") == 4
+
+
+async def test_client_going_away_cancels_the_upstream_request(upstream) -> None:
+    upstream.then(Fault(hang=True))
+    async with sidecar(config([upstream.endpoint])) as sc:
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        await upstream.wait_hits(1)
+        writer.close()
+        await upstream.wait_cancelled(1)
+        assert sc.requests(Reason.CANCELLED) == 1
+
+
+async def test_upstream_connections_are_kept_alive_and_reused(client, upstream) -> None:
+    upstream.then(Fault(503), Fault(404), Fault(204, body=b""))
+    async with sidecar(config([upstream.endpoint])) as sc:
+        for path in ("/a", "/b", "/c", "/d"):  # a retried 503, a 404, a 204, a 200
+            async with client.get(sc.url + path) as r:
+                await r.read()
+        async with client.head(sc.url + "/bytes/10") as r:
+            assert r.status == 200
+        async with client.get(sc.url + "/bytes/100000?chunked=1") as r:
+            assert len(await r.read()) == 100000
+        async with client.get(sc.url + "/e") as r:
+            assert r.status == 200
+    assert upstream.hits == 8
+    assert len({s.peer for s in upstream.received}) == 1  # one upstream connection carried them all
+
+
+async def test_many_concurrent_clients(upstream) -> None:
+    async with sidecar(config([upstream.endpoint])) as sc:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=50)) as s:
+
+            async def one(i: int) -> int:
+                async with s.get(sc.url + f"/n/{i}") as r:
+                    await r.read()
+                    return r.status
+
+            statuses = await asyncio.gather(*(one(i) for i in range(400)))
+        assert statuses == [200] * 400 and upstream.hits == 400
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def test_stop_lets_requests_in_flight_finish_and_refuses_new_ones(client, upstream) -> None:
+    upstream.then(Fault(200, delay=0.3, body=b"finished"))
+    async with sidecar(config([upstream.endpoint])) as sc:
+        pending = asyncio.create_task(client.get(sc.url + "/slow"))
+        await upstream.wait_hits(1)
+        await sc.app.stop(grace=5.0)
+        r = await pending
+        assert r.status == 200 and await r.read() == b"finished"
+        assert r.headers.get("Connection") == "close"
+        try:
+            await asyncio.open_connection(sc.host, sc.port)
+        except OSError:
+            pass
+        else:  # pragma: no cover
+            raise AssertionError("the listener still accepts connections after stop")
+
+
+async def test_a_client_that_never_finishes_its_head_gets_408(upstream) -> None:
+    async with sidecar(config([upstream.endpoint], listener={"idle_timeout": "200ms"})) as sc:
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+        answer = await reader.read(-1)  # the sweeper (once a second) answers and closes
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"idle_timeout" in answer
+        assert upstream.hits == 0
+
+
+async def test_a_malformed_upstream_answer_is_a_reset_and_the_sidecar_carries_on(client, upstream) -> None:
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 2x0 What\r\nContent-Length: nope\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    bad = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    bad_ep = f"127.0.0.1:{bad.sockets[0].getsockname()[1]}"
+    try:
+        async with sidecar(config([bad_ep, upstream.endpoint])) as sc:  # rand 0: the broken one first
+            async with client.get(sc.url + "/") as r:
+                assert r.status == 200  # retried elsewhere
+            assert sc.metric("sidecar_attempts_total", outcome="reset") == 1
+        async with sidecar(config([bad_ep])) as sc, client.get(sc.url + "/") as r:
+            assert r.status == 502 and "reset" in await r.text()
+    finally:
+        bad.close()
+        await bad.wait_closed()
+
+
+async def test_random_bytes_never_hurt_other_connections(client, upstream) -> None:
+    rng = random.Random(5)
+    async with sidecar(config([upstream.endpoint])) as sc:
+        async with client.get(sc.url + "/first") as r:
+            assert r.status == 200
+        for _ in range(40):
+            junk = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400)))
+            if rng.random() < 0.5:  # a plausible start, then junk
+                junk = b"GET /x HTTP/1.1\r\nHost: a\r\n" + junk
+            reader, writer = await asyncio.open_connection(sc.host, sc.port)
+            writer.write(junk)
+            writer.write_eof()
+            await reader.read(-1)  # whatever the answer, the connection ends
+            writer.close()
+        async with client.get(sc.url + "/last") as r:
+            assert r.status == 200
+    assert upstream.received[0].path == "/first" and upstream.received[-1].path == "/last"
+
+
+async def test_max_connections_makes_requests_wait_for_a_pooled_connection(client, upstream) -> None:
+    upstream.then(Fault(200, delay=0.1, body=b"a"), Fault(200, delay=0.1, body=b"b"))
+    cfg = config([upstream.endpoint])
+    cfg["upstreams"]["api"]["max_connections"] = 1
+    async with sidecar(cfg) as sc:
+
+        async def get(path: str) -> bytes:
+            async with client.get(sc.url + path) as r:
+                return await r.read()
+
+        bodies = await asyncio.gather(get("/1"), get("/2"), get("/3"))
+    assert sorted(bodies) == [b"a", b"b", b"ok\n"]
+    assert len({s.peer for s in upstream.received}) == 1  # one connection, taken in turn
