@@ -29,7 +29,6 @@ from ..policy import (
     Call,
     CancelAttempt,
     Finish,
-    Outcome,
     Reason,
     SendAttempt,
     Wake,
@@ -37,7 +36,7 @@ from ..policy import (
 )
 from ..upstream.balancer import Balancer
 from .model import OK, ModelServer
-from .policy import SidecarPolicy, classify_status, compile_policy
+from .policy import SidecarPolicy, compile_policy
 from .record import Record
 from .retry import Waits, mean_gap
 from .scenario import Scenario
@@ -311,8 +310,7 @@ class Sidecar:
     def _answered(self, r: _Request, n: int, status: int) -> None:
         if r.jobs.pop(n, None) is None:
             return
-        cls = classify_status(status, self.policy.config)
-        self._feed(r, AttemptEnded(n, Outcome(cls, detail=str(status))))
+        self._feed(r, AttemptEnded(n, self.policy.classify(status)))
 
     def _tick(self, r: _Request, generation: int) -> None:
         if generation == r.wake and not r.call.finished:

@@ -1,8 +1,9 @@
 """The sidecar's side of a scenario: the configuration it runs with, compiled by the sidecar's own loader.
 
-Both engines start from :func:`config_dict`: the live engine writes it to a file for the sidecar process,
-the des engine compiles it with the same loader and builds real ``Call``s from the result. So the policy a
-scenario names is checked, spelled out and compiled exactly as ``sidecar run`` would.
+Both engines start from :func:`config_dict`: the live engine hands it to the sidecar process, the des
+engine compiles it with the same loader and builds real ``Call``s from the result, classifying the model
+server's answers with the HTTP listener's own classifier. So the policy a scenario names is checked,
+spelled out, compiled and applied exactly as ``sidecar run`` would.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..adapters.http.classify import HttpClassifier
 from ..config import ConfigError, PolicyConfig, UpstreamConfig, load_dict, retry_policy
-from ..policy import OutcomeClass, RetryPolicy
+from ..policy import Outcome, RetryPolicy
 from .scenario import Scenario, ScenarioError
 
 LISTENER = "sim"
@@ -35,6 +37,10 @@ class SidecarPolicy:
     engine: RetryPolicy
     config: PolicyConfig
     upstream: UpstreamConfig
+    classifier: HttpClassifier  # the HTTP listener's own: the model server answers HTTP statuses
+
+    def classify(self, status: int) -> Outcome:
+        return self.classifier.response(status, (), 0.0)
 
 
 def compile_policy(s: Scenario, endpoints: list[str]) -> SidecarPolicy:
@@ -43,15 +49,6 @@ def compile_policy(s: Scenario, endpoints: list[str]) -> SidecarPolicy:
     except ConfigError as e:
         raise ScenarioError([(f"sidecar.{p}" if p else "sidecar", m) for p, m in e.errors]) from None
     pc = cfg.policies[POLICY]
-    return SidecarPolicy(retry_policy(POLICY, pc), pc, cfg.upstreams[UPSTREAM])
-
-
-def classify_status(status: int, pc: PolicyConfig) -> OutcomeClass:
-    """The HTTP adapter's classification of a status (the model server answers 200 or 503)."""
-    if 200 <= status < 300:
-        return OutcomeClass.SUCCESS
-    if status in pc.overload_status:
-        return OutcomeClass.OVERLOADED
-    if status in pc.retryable_status:
-        return OutcomeClass.UNAVAILABLE
-    return OutcomeClass.FATAL if status >= 500 else OutcomeClass.SUCCESS
+    return SidecarPolicy(
+        retry_policy(POLICY, pc), pc, cfg.upstreams[UPSTREAM], HttpClassifier.from_policy(pc)
+    )
