@@ -42,7 +42,7 @@ def spread(values: list[float | None]) -> str:
     present = [v for v in values if v is not None]
     if not present:
         return "-"
-    return f"{min(present):.3g}..{max(present):.3g}"
+    return f"{fmt(min(present))}..{fmt(max(present))}"
 
 
 def row(
@@ -99,12 +99,21 @@ def show(columns: list[str], rows: list[dict[str, Any]]) -> None:
 
 
 def fmt(v: Any) -> str:
+    """Numbers people read: 26,856 and 1.053 rather than 2.686e+04 and 1.0527."""
     if v is None:
         return "-"
     if isinstance(v, bool):
         return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 10000 else str(v)
+    if isinstance(v, float) and v.is_integer() and abs(v) >= 100:
+        return fmt(int(v))
     if isinstance(v, float):
-        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.3e}"
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        if abs(v) >= 100:
+            return f"{v:.1f}"
+        return f"{v:.4g}"
     return str(v)
 
 

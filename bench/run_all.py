@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from common import fmt as number  # noqa: E402
+
 RESULTS = HERE / "results"
 README = HERE / "README.md"
 BEGIN, END = "<!-- results:begin (bench/run_all.py writes this part) -->", "<!-- results:end -->"
@@ -49,10 +52,10 @@ def run(names: list[str]) -> dict[str, tuple[int, float]]:
 def fmt(v: Any) -> str:
     if v is None:
         return "–"
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return number(v)
     if isinstance(v, bool):
         return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.3g}"
     return str(v).replace("|", "\\|")
 
 

@@ -90,6 +90,7 @@ class Servers:
         self.replicas = [ModelServer(s.server, s.outage, rand) for _ in range(s.server.replicas)]
         self.stopped = False
         self.backlogs: list[deque[Job]] = [deque() for _ in self.replicas]
+        self.submitted = [0] * len(self.replicas)  # attempts sent to each replica
         o = s.outage
         if o is not None and o.mode == "stop":
             loop.at(o.start, self._stop)
@@ -97,6 +98,8 @@ class Servers:
         loop.at(0.0, self._tick)
 
     def submit(self, replica: int, job: Job, syn_wait: float = SYN_RETRY) -> None:
+        if syn_wait == SYN_RETRY:  # a new attempt, not the kernel trying it again
+            self.submitted[replica] += 1
         if self.stopped:
             backlog = self.backlogs[replica]
             if len(backlog) < self.spec.backlog:

@@ -124,3 +124,16 @@ def test_many_sidecars_each_have_their_own_budget() -> None:
     many = des.run(small(server={"error_rate": 0.0}, sidecar={"instances": 50}), "sidecar")
     first = (o.start, o.start + 3)
     assert amplification(many, *first) > amplification(one, *first) + 0.5  # type: ignore[operator]
+
+
+def test_replicas_share_the_load_and_the_sidecar_balances_across_them() -> None:
+    """Three replicas: the sidecar's balancer (power of two choices) spreads attempts; the same invariants
+    hold, and with three times the capacity the peak in-flight stays below one replica's limit x 3."""
+    s = small(outage=None, server={"replicas": 3, "error_rate": 0.05})
+    rec, clients = des.simulate(s, "sidecar")
+    t = totals(rec)
+    assert t["offered"] == t["ok"] + t["failed"] + rec.unfinished
+    assert clients.max_attempts_seen <= 3
+    sent = clients.sidecars[0].servers.submitted
+    assert sum(sent) == t["attempts"] and all(n > 0.25 * t["attempts"] for n in sent)
+    assert max(sec.inflight for sec in rec.seconds) < 3 * s.server.concurrency_limit
