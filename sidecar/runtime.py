@@ -1,16 +1,17 @@
-"""The one asyncio driver of engine commands.
+"""The one driver of engine commands on the event loop.
 
-An adapter builds a :class:`~sidecar.policy.Call` for a request and hands it to :func:`drive` together with
-an :class:`Attempter` (how to send one attempt over its protocol) and a :class:`CallObserver` (telemetry).
-``drive`` feeds the engine its events, carries out its commands (send, cancel, wake) and returns the
-:class:`Delivery`: the engine's ``Finish`` and the payload of the attempt to deliver, if any.
+A :class:`Driver` owns one request's engine :class:`~sidecar.policy.Call`. It feeds the engine its events and
+carries out its commands at once, from whatever callback brought the event: ``SendAttempt`` starts an
+attempt through the adapter's :class:`CallbackAttempter`, ``CancelAttempt`` abandons one, ``Wake`` arms an
+entry on the loop's shared timer heap (``timers.py``), ``Decision`` goes to the observer and ``Finish``
+ends the request with a :class:`Delivery` (the engine's finish and the payload of the attempt to deliver;
+every other payload is handed back to the attempter to discard). Events raised while commands are being
+carried out (an attempt that fails at once, a commit) are queued and handled right after: the engine is
+never re-entered.
 
-Two ways to run, one set of rules:
-* a retrying call has at most one attempt in flight, so the attempt runs inline in the caller's task,
-  interrupted at the engine's next wake by the loop's shared timer heap (``timers.py``): no task and no
-  loop timer per request on the hot path;
-* a hedging call runs each attempt in its own task and waits for the first of: a result, the wake time.
-Every payload that is not delivered is handed back to ``Attempter.discard`` (connections returned/closed).
+No coroutine, task or loop timer is needed per request, so an adapter built on protocol callbacks (HTTP)
+pays only for the engine itself. Adapters written as coroutines (gRPC, MongoDB) use :func:`drive`, which
+runs each ``async send`` in a task of its own and returns the delivery.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,7 +31,6 @@ from .policy import (
     AttemptEnded,
     Call,
     CancelAttempt,
-    Command,
     Committed,
     Decision,
     Finish,
@@ -38,8 +39,8 @@ from .policy import (
     SendAttempt,
     Wake,
 )
-from .policy.events import BUFFER_EXCEEDED
-from .timers import timers_for
+from .policy.events import BUFFER_EXCEEDED, Event
+from .timers import TimerEntry, Timers, timers_for
 
 log = logging.getLogger("sidecar.runtime")
 INF = math.inf
@@ -54,15 +55,19 @@ class AttemptResult:
 
 
 class AttemptContext:
-    """Handed to ``Attempter.send`` with each attempt."""
+    """Handed to the attempter with each attempt."""
 
     __slots__ = ("attempt", "headers", "_driver")
 
-    def __init__(self, attempt: SendAttempt, headers: Mapping[str, str], driver: _Driver) -> None:
+    def __init__(self, attempt: SendAttempt, headers: Mapping[str, str], driver: Driver) -> None:
         self.attempt = attempt
         #: extra headers/metadata to send with this attempt (trace context of the attempt span)
         self.headers = headers
         self._driver = driver
+
+    def done(self, result: AttemptResult) -> None:
+        """The attempt has its result (callback attempters report here; exactly once, unless cancelled)."""
+        self._driver.attempt_done(self.attempt.attempt, result)
 
     def commit(self) -> None:
         """Part of this attempt's response is going to the client: no other attempt may follow."""
@@ -73,15 +78,31 @@ class AttemptContext:
         self._driver.feed(BUFFER_EXCEEDED)
 
 
-class Attempter(Protocol):
-    async def send(self, cmd: SendAttempt, ctx: AttemptContext) -> AttemptResult:
-        """Send one attempt and classify its result. Cancellation means: abandon it (close or return the
-        connection). Exceptions are bugs; the runtime logs them and counts the attempt as ``fatal``."""
+class CallbackAttempter(Protocol):
+    """How an adapter sends attempts for the :class:`Driver`."""
+
+    def start(self, cmd: SendAttempt, ctx: AttemptContext) -> None:
+        """Begin attempt ``cmd``; report its result with ``ctx.done(...)`` (at once or later)."""
+        ...
+
+    def cancel(self, attempt: int) -> None:
+        """Abandon attempt ``attempt`` (close or cleanly return its connection); no result is expected."""
         ...
 
     def discard(self, payload: Any) -> None:
         """Release a result that will not be delivered (read/close its body, return its connection)."""
         ...
+
+
+class Attempter(Protocol):
+    """How a coroutine adapter sends attempts for :func:`drive`."""
+
+    async def send(self, cmd: SendAttempt, ctx: AttemptContext) -> AttemptResult:
+        """Send one attempt and classify its result. Cancellation means: abandon it (close or return the
+        connection). Exceptions are bugs; the runtime logs them and counts the attempt as ``fatal``."""
+        ...
+
+    def discard(self, payload: Any) -> None: ...
 
 
 class CallObserver(Protocol):
@@ -122,79 +143,144 @@ class Delivery:
     payload: Any = None
 
 
-async def drive(call: Call, attempter: Attempter, observer: CallObserver = NULL_OBSERVER) -> Delivery:
-    """Run ``call`` to its ``Finish``. Cancelling the awaiting task (client gone) cancels the attempts."""
-    driver = _Driver(call, attempter, observer, asyncio.get_running_loop())
-    if call.hedging is None:
-        return await driver.run_inline()
-    return await driver.run_tasks()
+class Driver:
+    """Carries out one call's engine commands. ``on_finish(delivery)`` is called exactly once."""
 
-
-class _Driver:
     __slots__ = (
         "call",
         "attempter",
         "observer",
+        "on_finish",
         "loop",
-        "wake",
+        "timers",
         "finish",
         "payloads",
-        "tasks",
-        "results",
-        "poke",
+        "live",
+        "_queue",
+        "_running",
+        "_timer",
+        "_armed",
     )
 
-    def __init__(self, call: Call, attempter: Attempter, observer: CallObserver, loop) -> None:  # noqa: ANN001
+    def __init__(
+        self,
+        call: Call,
+        attempter: CallbackAttempter,
+        observer: CallObserver,
+        on_finish: Callable[[Delivery], None],
+        loop: asyncio.AbstractEventLoop,
+        timers: Timers | None = None,
+    ) -> None:
         self.call = call
         self.attempter = attempter
         self.observer = observer
+        self.on_finish = on_finish
         self.loop = loop
-        self.wake = INF
+        self.timers = timers if timers is not None else timers_for(loop)
         self.finish: Finish | None = None
         self.payloads: dict[int, Any] = {}
-        self.tasks: dict[int, asyncio.Task[AttemptResult]] = {}
-        self.results: list[tuple[int, AttemptResult]] = []
-        self.poke: asyncio.Future[None] | None = None
+        self.live: set[int] = set()  # attempts started, neither done nor cancelled
+        self._queue: deque[tuple[Event, float | None]] | None = None
+        self._running = False
+        self._timer: TimerEntry | None = None
+        self._armed = INF
 
-    # -- command execution ----------------------------------------------------------------------------
-    def feed(self, event: Any, now: float | None = None) -> list[SendAttempt]:
-        """Give the engine an event and carry out what it says; returns the attempts it wants sent."""
+    # -- events in -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.feed(START)
+
+    def client_gone(self) -> None:
+        """The client cancelled or disconnected: cancel what is in flight, finish ``cancelled``."""
+        self.feed(CLIENT_GONE)
+
+    def attempt_done(self, n: int, result: AttemptResult) -> None:
+        if n not in self.live:  # cancelled, or the call is over: nobody will deliver this
+            self._discard(result.payload)
+            return
+        self.live.discard(n)
+        self.observer.attempt_ended(n, result.outcome)
+        if result.payload is not None:
+            self.payloads[n] = result.payload
+        self.feed(AttemptEnded(n, result.outcome))
+
+    def feed(self, event: Event, now: float | None = None) -> None:
         if self.finish is not None:
-            return []
-        cmds = self.call.handle(event, self.loop.time() if now is None else now)
-        return self._execute(cmds)
+            return
+        if self._running:
+            if self._queue is None:
+                self._queue = deque()
+            self._queue.append((event, now))
+            return
+        self._running = True
+        try:
+            self._step(event, now)
+            queue = self._queue
+            while queue and self.finish is None:
+                self._step(*queue.popleft())
+        finally:
+            self._running = False
+        if self.finish is not None:
+            self._finished()
 
-    def _execute(self, cmds: list[Command]) -> list[SendAttempt]:
-        sends: list[SendAttempt] = []
+    # -- commands out ----------------------------------------------------------------------------------
+    def _step(self, event: Event, now: float | None) -> None:
+        cmds = self.call.handle(event, self.loop.time() if now is None else now)
         obs = self.observer
         for c in cmds:
             t = type(c)
             if t is SendAttempt:
-                sends.append(c)  # type: ignore[arg-type]
+                self.live.add(c.attempt)  # type: ignore[union-attr]
+                ctx = AttemptContext(c, obs.attempt_started(c), self)  # type: ignore[arg-type]
+                try:
+                    self.attempter.start(c, ctx)  # type: ignore[arg-type]
+                except Exception as e:  # an adapter bug: a fatal outcome, never a hung request
+                    ctx.done(_bug(c, e))  # type: ignore[arg-type]
             elif t is Wake:
-                self.wake = c.at  # type: ignore[union-attr]
+                self._arm(c.at)  # type: ignore[union-attr]
             elif t is Decision:
                 obs.decision(c)  # type: ignore[arg-type]
             elif t is CancelAttempt:
                 obs.attempt_cancelled(c)  # type: ignore[arg-type]
-                task = self.tasks.pop(c.attempt, None)  # type: ignore[union-attr]
-                if task is not None:
-                    task.cancel()
+                n = c.attempt  # type: ignore[union-attr]
+                if n in self.live:
+                    self.live.discard(n)
+                    self.attempter.cancel(n)
+                payload = self.payloads.pop(n, None)
+                if payload is not None:
+                    self._discard(payload)
             elif t is Finish:
                 self.finish = c  # type: ignore[assignment]
                 obs.finished(c)  # type: ignore[arg-type]
-        if self.poke is not None and not self.poke.done():
-            self.poke.set_result(None)
-        return sends
 
-    def _delivery(self) -> Delivery:
+    def _arm(self, at: float) -> None:
+        if at == self._armed:
+            return
+        if self._timer is not None:
+            self.timers.cancel(self._timer)
+            self._timer = None
+        self._armed = at
+        if at != INF:
+            self._timer = self.timers.call_at(at, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        at, self._armed = self._armed, INF
+        self.feed(TICK, max(self.loop.time(), at))
+
+    def _finished(self) -> None:
+        if self._timer is not None:
+            self.timers.cancel(self._timer)
+            self._timer = None
+        for n in list(self.live):  # the engine cancels what is in flight; this only guards adapter bugs
+            self.attempter.cancel(n)
+        self.live.clear()
         f = self.finish
         assert f is not None
         payload = self.payloads.pop(f.attempt, None) if f.attempt is not None else None
         for p in self.payloads.values():
             self._discard(p)
         self.payloads.clear()
-        return Delivery(f, payload)
+        self.on_finish(Delivery(f, payload))
 
     def _discard(self, payload: Any) -> None:
         if payload is None:
@@ -204,143 +290,74 @@ class _Driver:
         except Exception:  # pragma: no cover - adapter bug; never let it break the request
             log.exception("discarding an attempt's result failed")
 
-    def _record(self, n: int, result: AttemptResult) -> None:
-        self.observer.attempt_ended(n, result.outcome)
-        if result.payload is not None:
-            self.payloads[n] = result.payload
 
-    async def _send(self, cmd: SendAttempt) -> AttemptResult:
-        headers = self.observer.attempt_started(cmd)
+def _bug(cmd: SendAttempt, e: Exception) -> AttemptResult:
+    log.error("attempt %d to %s failed unexpectedly", cmd.attempt, cmd.endpoint, exc_info=e)
+    return AttemptResult(Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}"))
+
+
+# -- coroutine adapters -------------------------------------------------------------------------------
+class _TaskAttempter:
+    """A :class:`CallbackAttempter` running each ``async send`` in its own task."""
+
+    __slots__ = ("attempter", "loop", "tasks")
+
+    def __init__(self, attempter: Attempter, loop: asyncio.AbstractEventLoop) -> None:
+        self.attempter = attempter
+        self.loop = loop
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+
+    def start(self, cmd: SendAttempt, ctx: AttemptContext) -> None:
+        self.tasks[cmd.attempt] = self.loop.create_task(self._run(cmd, ctx))
+
+    async def _run(self, cmd: SendAttempt, ctx: AttemptContext) -> None:
         try:
-            return await self.attempter.send(cmd, AttemptContext(cmd, headers, self))
-        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
-            raise
+            result = await self.attempter.send(cmd, ctx)
+        except asyncio.CancelledError:
+            return
         except Exception as e:
-            return self._bug(cmd, e)
+            result = _bug(cmd, e)
+        self.tasks.pop(cmd.attempt, None)
+        ctx.done(result)
 
-    def _bug(self, cmd: SendAttempt, e: Exception) -> AttemptResult:
-        log.error("attempt %d to %s failed unexpectedly", cmd.attempt, cmd.endpoint, exc_info=e)
-        return AttemptResult(Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}"))
-
-    # -- one attempt at a time, inline ----------------------------------------------------------------
-    async def run_inline(self) -> Delivery:
-        """Retrying calls: the attempt runs in the caller's task. The engine's wake time (per-try timeout,
-        deadline) interrupts it the way ``asyncio.timeout`` does (``task.cancel()``, then ``uncancel()``), but
-        on the loop's shared timer heap: no loop timer is armed per request."""
-        loop = self.loop
-        timers = timers_for(loop)
-        task = asyncio.current_task()
-        assert task is not None
-        fired = False
-
-        def interrupt() -> None:
-            nonlocal fired
-            fired = True
+    def cancel(self, attempt: int) -> None:
+        task = self.tasks.pop(attempt, None)
+        if task is not None:
             task.cancel()
 
-        sends = self.feed(START)
-        try:
-            while self.finish is None:
-                wake = self.wake
-                if sends:
-                    cmd = sends[0]
-                    headers = self.observer.attempt_started(cmd)
-                    entry = timers.call_at(wake, interrupt) if wake != INF else None
-                    try:
-                        result = await self.attempter.send(cmd, AttemptContext(cmd, headers, self))
-                    except asyncio.CancelledError:
-                        if not fired:
-                            raise
-                        # The engine's timer fired mid-attempt (per-try timeout or deadline): the attempt
-                        # is abandoned; the engine decides what follows.
-                        fired = False
-                        task.uncancel()
-                        sends = self.feed(TICK, max(loop.time(), wake))
-                        continue
-                    except (KeyboardInterrupt, SystemExit):
-                        raise
-                    except Exception as e:
-                        result = self._bug(cmd, e)
-                    finally:
-                        if entry is not None:
-                            timers.cancel(entry)
-                    if fired:  # fired after the attempt finished, before we got here: too late to matter
-                        fired = False
-                        task.uncancel()
-                    self._record(cmd.attempt, result)
-                    sends = self.feed(AttemptEnded(cmd.attempt, result.outcome))
-                else:
-                    if wake == INF:  # pragma: no cover - the engine always has a next step
-                        raise RuntimeError("engine stalled: nothing in flight and no wake time")
-                    await asyncio.sleep(max(0.0, wake - loop.time()))
-                    sends = self.feed(TICK, max(loop.time(), wake))
-        except asyncio.CancelledError:
-            self.feed(CLIENT_GONE)
-            for p in self.payloads.values():
-                self._discard(p)
-            self.payloads.clear()
-            raise
-        return self._delivery()
-
-    # -- hedging: attempts in tasks -------------------------------------------------------------------
-    async def run_tasks(self) -> Delivery:
-        loop = self.loop
-        try:
-            self._start_tasks(self.feed(START))
-            while self.finish is None:
-                if self.results:
-                    n, result = self.results.pop(0)
-                    self._record(n, result)
-                    self._start_tasks(self.feed(AttemptEnded(n, result.outcome)))
-                    continue
-                wake = self.wake
-                now = loop.time()
-                if wake <= now:
-                    self._start_tasks(self.feed(TICK, max(now, wake)))
-                    continue
-                self.poke = loop.create_future()
-                handle = loop.call_at(wake, _set_if_pending, self.poke) if wake < INF else None
-                try:
-                    await self.poke
-                finally:
-                    self.poke = None
-                    if handle is not None:
-                        handle.cancel()
-        except asyncio.CancelledError:
-            self.feed(CLIENT_GONE)
-            self._cancel_all()
-            raise
-        self._cancel_all()
-        return self._delivery()
-
-    def _start_tasks(self, sends: list[SendAttempt]) -> None:
-        for cmd in sends:
-            task = self.loop.create_task(self._send(cmd))
-            self.tasks[cmd.attempt] = task
-            task.add_done_callback(lambda t, n=cmd.attempt: self._task_done(n, t))
-
-    def _task_done(self, n: int, task: asyncio.Task[AttemptResult]) -> None:
-        if task.cancelled():
-            return
-        result = task.result()
-        if self.finish is not None or self.tasks.get(n) is not task:
-            # Cancelled too late to stop it, or the call is over: nobody will deliver this.
-            self._discard(result.payload)
-            return
-        del self.tasks[n]
-        self.results.append((n, result))
-        if self.poke is not None and not self.poke.done():
-            self.poke.set_result(None)
-
-    def _cancel_all(self) -> None:
+    def cancel_all(self) -> None:
         for task in self.tasks.values():
             task.cancel()
         self.tasks.clear()
-        for _, result in self.results:
-            self._discard(result.payload)
-        self.results.clear()
+
+    def discard(self, payload: Any) -> None:
+        self.attempter.discard(payload)
 
 
-def _set_if_pending(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+async def drive(call: Call, attempter: Attempter, observer: CallObserver = NULL_OBSERVER) -> Delivery:
+    """Run ``call`` to its ``Finish`` with a coroutine attempter (one task per attempt). Cancelling the
+    awaiting task (the client went away) cancels the attempts."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Delivery] = loop.create_future()
+    tasks = _TaskAttempter(attempter, loop)
+
+    def finished(delivery: Delivery) -> None:
+        tasks.cancel_all()
+        if done.cancelled():
+            if delivery.payload is not None:
+                tasks.discard(delivery.payload)
+        else:
+            done.set_result(delivery)
+
+    driver = Driver(call, tasks, observer, finished, loop)
+    driver.start()
+    try:
+        return await done
+    except asyncio.CancelledError:
+        driver.client_gone()
+        tasks.cancel_all()
+        if done.done() and not done.cancelled():
+            late = done.result().payload
+            if late is not None:
+                tasks.discard(late)
+        raise

@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from .config import Config, PolicyConfig, UpstreamConfig, retry_policy
-from .policy import Call, OutcomeClass, RetryPolicy, Throttle, ThrottleSpec, make_throttle
+from .policy import Call, EndpointPicker, OutcomeClass, RetryPolicy, Throttle, ThrottleSpec, make_throttle
 from .telemetry import Telemetry
 from .upstream.balancer import Balancer
 
@@ -76,11 +76,14 @@ class Services:
         retry_on: Collection[OutcomeClass] | None = None,
         max_attempts: int | None = None,
         replayable: bool = True,
+        picker: EndpointPicker | None = None,
     ) -> Call:
+        """``picker``: choose endpoints some other way than the upstream's balancer (a MongoDB replica set
+        picks among the members that fit a read preference, which change with elections)."""
         engine = policy.engine
         return Call(
             engine,
-            picker=upstream.balancer,
+            picker=upstream.balancer if picker is None else picker,
             rand=self.rand,
             deadline=deadline,
             throttle=upstream.throttle(engine.throttle),

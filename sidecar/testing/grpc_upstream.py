@@ -47,6 +47,7 @@ class Seen:
     requests: list[bytes] = field(default_factory=list)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    read_all: asyncio.Event = field(default_factory=asyncio.Event)  # the request stream ended
     time_remaining: float | None = None
 
     @property
@@ -148,6 +149,7 @@ class GrpcUpstream:
                 seen.requests.append(msg)
                 if step.echo_each:
                     await context.write(msg)
+            seen.read_all.set()
         if step.headers is not None:
             await context.send_initial_metadata(tuple(step.headers))
         if step.hold is not None:

@@ -184,7 +184,17 @@ HEDGE = RetryPolicy(
 
 
 async def test_hedging_first_success_wins_and_the_others_are_cancelled() -> None:
-    script = Script("hang", OK, "hang")
+    all_out = asyncio.Event()
+
+    class Late(Script):
+        async def send(self, cmd: SendAttempt, ctx: AttemptContext) -> AttemptResult:
+            if cmd.attempt == 2:
+                await all_out.wait()  # answer once every copy is out
+            elif cmd.attempt == 3:
+                all_out.set()
+            return await super().send(cmd, ctx)
+
+    script = Late("hang", OK, "hang")
     d = await drive(make_call(HEDGE, endpoints=("a:1", "b:2", "c:3")), script)
     assert d.finish.reason is Reason.SUCCESS and d.payload == "response-2"
     await asyncio.sleep(0)  # let the cancelled tasks run their cancellation

@@ -1,10 +1,13 @@
-"""One attempt over HTTP (the runtime's ``Attempter``): take a pooled connection, send the request with
-this attempt's headers, classify the response head.
+"""Attempts over HTTP (the runtime's ``CallbackAttempter``): take a pooled connection, send the request with
+this attempt's headers, classify the response head when it arrives.
 
 Every attempt carries ``x-sidecar-attempt: N`` (N from 1), the trace context of its own span, and the
 deadline header rewritten to what this attempt may take, measured when the request is written: never
 more than what remains. A reused keep-alive connection that the upstream had closed (no response byte) is
 replaced once, within the attempt, when the request may be sent again.
+
+On the hot path (an idle pooled connection) an attempt is a write and, later, a callback: no task, no
+future. Only making a new connection (or waiting for a free one) runs in a task.
 """
 
 from __future__ import annotations
@@ -27,13 +30,56 @@ if TYPE_CHECKING:
     from .pool import Pool
 
 C = OutcomeClass
-NO_TIME_LEFT = Outcome(C.TIMEOUT, detail="no time left to send")
+NO_TIME_LEFT = AttemptResult(Outcome(C.TIMEOUT, detail="no time left to send"))
 INF = math.inf
 timeout_ms = deadline.timeout_ms
 
 
+class Exchange:
+    """One attempt on one upstream connection: the connection reports the response head (or its failure)
+    here."""
+
+    __slots__ = ("attempter", "cmd", "ctx", "conn", "pool", "reused", "expires")
+
+    def __init__(
+        self,
+        attempter: Attempter,
+        cmd: SendAttempt,
+        ctx: AttemptContext,
+        conn: UpstreamConnection,
+        pool: Pool,
+        reused: bool,
+        expires: float,
+    ) -> None:
+        self.attempter = attempter
+        self.cmd = cmd
+        self.ctx = ctx
+        self.conn = conn
+        self.pool = pool
+        self.reused = reused
+        self.expires = expires
+
+    def on_response(self, response: UpstreamResponse) -> None:
+        self.attempter.responded(self, response)
+
+    def on_gone(self, error: UpstreamGone) -> None:
+        self.attempter.gone(self, error)
+
+
 class Attempter:
-    __slots__ = ("loop", "plan", "req", "obs", "base", "name_endpoint", "ctx", "overflowed", "resend_ok")
+    __slots__ = (
+        "loop",
+        "plan",
+        "req",
+        "obs",
+        "base",
+        "name_endpoint",
+        "ctx",
+        "overflowed",
+        "resend_ok",
+        "exchanges",
+        "tasks",
+    )
 
     def __init__(
         self,
@@ -56,6 +102,8 @@ class Attempter:
         self.ctx: AttemptContext | None = None
         self.overflowed = False
         self.resend_ok = resend_ok
+        self.exchanges: dict[int, Exchange] = {}  # attempts waiting for a response head
+        self.tasks: dict[int, asyncio.Task[None]] = {}  # attempts waiting for a connection
         if req.body is not None:
             req.body.on_overflow = self.body_overflowed
 
@@ -66,69 +114,63 @@ class Attempter:
         if self.ctx is not None:
             self.ctx.buffer_exceeded()
 
-    async def send(self, cmd: SendAttempt, ctx: AttemptContext) -> AttemptResult:
+    # -- the runtime's CallbackAttempter -----------------------------------------------------------------
+    def start(self, cmd: SendAttempt, ctx: AttemptContext) -> None:
         if self.ctx is None and self.overflowed:
             ctx.buffer_exceeded()
         self.ctx = ctx
         expires = self.loop.time() + cmd.timeout
         pool = self.plan.pool(cmd.endpoint)
         conn = pool.take_idle()
-        reused = conn is not None
         if conn is None:
-            try:
-                conn, reused = await pool.acquire()
-            except ConnectFailed as e:
-                return AttemptResult(_connect_failed(e))
-        waiter = self._start(conn, cmd, ctx, expires)
-        if waiter is None:
-            pool.release(conn)
-            return AttemptResult(NO_TIME_LEFT)
-        try:
-            resp = await waiter
-        except UpstreamGone as e:
-            conn.abandon(waiter)
-            if not (reused and not e.got_bytes and self.resend_ok and self._replayable()):
-                return AttemptResult(Outcome(C.RESET, detail=e.detail))
-            return await self._resend(pool, cmd, ctx, expires)
-        except BaseException:  # cancelled: per-try timeout, deadline, hedge lost, client gone
-            conn.abandon(waiter)
-            raise
-        return self._classify(cmd, resp)
+            self.tasks[cmd.attempt] = self.loop.create_task(
+                self._connect(cmd, ctx, pool, expires, fresh=False)
+            )
+            return
+        self._send(conn, cmd, ctx, pool, True, expires)
+
+    def cancel(self, attempt: int) -> None:
+        ex = self.exchanges.pop(attempt, None)
+        if ex is not None:
+            ex.conn.abandon(ex)
+        task = self.tasks.pop(attempt, None)
+        if task is not None:
+            task.cancel()
 
     def discard(self, payload: UpstreamResponse) -> None:
         payload.release()
 
-    def _classify(self, cmd: SendAttempt, resp: UpstreamResponse) -> AttemptResult:
-        status = resp.status
-        self.obs.set_attempt_attribute(cmd.attempt, "http.response.status_code", status)
-        return AttemptResult(self.plan.classifier.response(status, resp.headers, time.time()), resp)
-
-    async def _resend(
-        self, pool: Pool, cmd: SendAttempt, ctx: AttemptContext, expires: float
-    ) -> AttemptResult:
-        """The pooled connection had gone stale (closed by the upstream while idle): once more, on a new one."""
+    # -- sending ---------------------------------------------------------------------------------------
+    async def _connect(
+        self, cmd: SendAttempt, ctx: AttemptContext, pool: Pool, expires: float, fresh: bool
+    ) -> None:
+        """Get a connection (a new one when ``fresh``: the pooled one had gone stale), then send."""
+        n = cmd.attempt
         try:
-            conn = await pool.connect()
+            if fresh:
+                conn, reused = await pool.connect(), False
+            else:
+                conn, reused = await pool.acquire()
         except ConnectFailed as e:
-            return AttemptResult(_connect_failed(e))
-        try:
-            waiter = self._start(conn, cmd, ctx, expires)
-            if waiter is None:
-                pool.release(conn)
-                return AttemptResult(NO_TIME_LEFT)
-            resp = await self._response(conn, waiter)
-        except UpstreamGone as e:
-            return AttemptResult(Outcome(C.RESET, detail=e.detail))
-        return self._classify(cmd, resp)
+            self.tasks.pop(n, None)
+            base = CONNECT_TIMEOUT if e.timeout else CONNECT_FAILURE
+            ctx.done(AttemptResult(Outcome(base.cls, detail=e.detail)))
+            return
+        if self.tasks.pop(n, None) is None:  # cancelled just as the connection came
+            pool.release(conn)
+            return
+        self._send(conn, cmd, ctx, pool, reused and not fresh, expires)
 
-    def _replayable(self) -> bool:
-        body = self.req.body
-        return body is None or (body.replayable and not body.dropped)
-
-    def _start(
-        self, conn: UpstreamConnection, cmd: SendAttempt, ctx: AttemptContext, expires: float
-    ) -> asyncio.Future[UpstreamResponse] | None:
-        """Write this attempt's request; ``None`` when no time is left to send it."""
+    def _send(
+        self,
+        conn: UpstreamConnection,
+        cmd: SendAttempt,
+        ctx: AttemptContext,
+        pool: Pool,
+        reused: bool,
+        expires: float,
+    ) -> None:
+        """Write this attempt's request on ``conn``."""
         lines = [self.base]
         if self.name_endpoint:
             lines.append(b"Host: %s\r\n" % cmd.endpoint.encode("latin-1"))
@@ -136,29 +178,48 @@ class Attempter:
         if expires != INF:
             ms = timeout_ms(expires - self.loop.time())
             if ms <= 0:
-                return None
+                pool.release(conn)
+                ctx.done(NO_TIME_LEFT)
+                return
             lines.append(self.plan.deadline_name + b": %d\r\n" % ms)
         for name, value in ctx.headers.items():
             lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")))
         lines.append(b"\r\n")
+        ex = Exchange(self, cmd, ctx, conn, pool, reused, expires)
+        self.exchanges[cmd.attempt] = ex
         req = self.req
         try:
-            return conn.start(b"".join(lines), req.body, req.head_request, cmd.attempt)
+            conn.start(b"".join(lines), req.body, req.head_request, cmd.attempt, ex)
         except BaseException:
+            self.exchanges.pop(cmd.attempt, None)
             conn.abort()
             raise
 
-    @staticmethod
-    async def _response(
-        conn: UpstreamConnection, waiter: asyncio.Future[UpstreamResponse]
-    ) -> UpstreamResponse:
-        try:
-            return await waiter
-        except BaseException:  # broken, cancelled (per-try timeout, deadline, hedge lost, client gone)
-            conn.abandon(waiter)
-            raise
+    # -- results (from the connection) -----------------------------------------------------------------
+    def responded(self, ex: Exchange, resp: UpstreamResponse) -> None:
+        n = ex.cmd.attempt
+        if self.exchanges.get(n) is not ex:
+            resp.release()  # cancelled meanwhile
+            return
+        del self.exchanges[n]
+        status = resp.status
+        self.obs.set_attempt_attribute(n, "http.response.status_code", status)
+        outcome = self.plan.classifier.response(status, resp.headers, time.time())
+        ex.ctx.done(AttemptResult(outcome, resp))
 
+    def gone(self, ex: Exchange, error: UpstreamGone) -> None:
+        n = ex.cmd.attempt
+        if self.exchanges.get(n) is not ex:
+            return
+        del self.exchanges[n]
+        if ex.reused and not error.got_bytes and self.resend_ok and self._replayable():
+            # The pooled connection had gone stale (closed by the upstream while idle): once more, on a new one.
+            self.tasks[n] = self.loop.create_task(
+                self._connect(ex.cmd, ex.ctx, ex.pool, ex.expires, fresh=True)
+            )
+            return
+        ex.ctx.done(AttemptResult(Outcome(C.RESET, detail=error.detail)))
 
-def _connect_failed(e: ConnectFailed) -> Outcome:
-    base = CONNECT_TIMEOUT if e.timeout else CONNECT_FAILURE
-    return Outcome(base.cls, detail=e.detail)
+    def _replayable(self) -> bool:
+        body = self.req.body
+        return body is None or (body.replayable and not body.dropped)

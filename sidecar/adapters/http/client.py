@@ -1,16 +1,18 @@
 """An upstream connection: an asyncio Protocol parsing responses with httptools (llhttp), one exchange at
 a time (no upstream pipelining). Pooled per endpoint by ``pool.py``.
 
-An exchange: ``start(head, body)`` writes the request head and pushes the body (see ``replay.py``) and
-returns a future for the response head; the :class:`UpstreamResponse` then collects or streams the body.
-Whoever owns the exchange hands the connection back with :meth:`UpstreamConnection.release` once it is
-done with the response; only a connection whose request and response both ended cleanly is reused.
+An exchange: ``start(head, body, ..., exchange)`` writes the request head and pushes the body (see
+``replay.py``); the exchange is told ``on_response(response)`` once the response head has arrived (after the
+packet that carried it was parsed whole, so a small response is complete by then), or ``on_gone(error)``
+when the connection fails first. The :class:`UpstreamResponse` then collects or streams the body. Whoever
+owns the exchange hands the connection back with :meth:`UpstreamConnection.release` once it is done with the
+response; only a connection whose request and response both ended cleanly is reused.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import httptools
 
@@ -43,6 +45,13 @@ class ConnectFailed(Exception):
         self.timeout = timeout
 
 
+class Exchange(Protocol):
+    """The owner of one request/response exchange on a connection (an attempt)."""
+
+    def on_response(self, response: UpstreamResponse) -> None: ...
+    def on_gone(self, error: UpstreamGone) -> None: ...
+
+
 class UpstreamConnection(asyncio.Protocol):
     __slots__ = (
         "pool",
@@ -51,7 +60,8 @@ class UpstreamConnection(asyncio.Protocol):
         "parser_dirty",
         "closed",
         "idle_since",
-        "waiter",
+        "exchange",
+        "to_report",
         "response",
         "head_request",
         "got_bytes",
@@ -75,7 +85,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self.last_activity = 0.0
-        self.waiter: asyncio.Future[UpstreamResponse] | None = None
+        self.exchange: Exchange | None = None  # the exchange in progress
+        self.to_report: UpstreamResponse | None = None  # a head parsed, not yet told to the exchange
         self.response: UpstreamResponse | None = None
         self.head_request = False
         self.got_bytes = False
@@ -91,14 +102,14 @@ class UpstreamConnection(asyncio.Protocol):
 
     # -- the exchange --------------------------------------------------------------------------------
     def start(
-        self, head: bytes, body: RequestBody | None, head_request: bool, attempt: int
-    ) -> asyncio.Future[UpstreamResponse]:
-        """Send a request; the future gets the response head (or :class:`UpstreamGone`)."""
-        assert self.transport is not None and self.response is None and self.waiter is None
+        self, head: bytes, body: RequestBody | None, head_request: bool, attempt: int, exchange: Exchange
+    ) -> None:
+        """Send a request for ``exchange``, which hears of the response head (or :class:`UpstreamGone`)."""
+        assert self.transport is not None and self.response is None and self.exchange is None
         if self.parser_dirty:
             self.parser = httptools.HttpResponseParser(self)
             self.parser_dirty = False
-        self.waiter = self.pool.loop.create_future()
+        self.exchange = exchange
         self.head_request = head_request
         self.attempt = attempt
         self.got_bytes = False
@@ -116,11 +127,10 @@ class UpstreamConnection(asyncio.Protocol):
             finally:
                 out, self.cork = self.cork, None
             self.transport.write(b"".join(out))
-        return self.waiter
 
     def release(self) -> None:
         """The owner is done with this exchange: back to the pool if it ended cleanly, else closed."""
-        if self.waiter is None:
+        if self.exchange is None:
             return  # the exchange already ended and the connection went back by itself
         r = self.response
         reusable = (
@@ -133,7 +143,7 @@ class UpstreamConnection(asyncio.Protocol):
         )
         self._detach_body()
         self.response = None
-        self.waiter = None
+        self.exchange = None
         if reusable:
             if self.reading_paused:
                 self.reading_paused = False
@@ -142,9 +152,10 @@ class UpstreamConnection(asyncio.Protocol):
         else:
             self.abort()
 
-    def abandon(self, waiter: asyncio.Future[UpstreamResponse]) -> None:
-        """The attempt that sent ``waiter``'s request gives up: drop the connection if it still serves it."""
-        if self.waiter is waiter:
+    def abandon(self, exchange: Exchange) -> None:
+        """The attempt that owns ``exchange`` gives up: drop the connection if it still serves it."""
+        if self.exchange is exchange:
+            self.exchange = None  # it hears nothing more
             self.abort()
 
     def _exchange_over(self) -> None:
@@ -154,7 +165,7 @@ class UpstreamConnection(asyncio.Protocol):
             return
         r.conn = None
         self.response = None
-        self.waiter = None
+        self.exchange = None
         self.body = None
         self.pool.release(self)
 
@@ -218,15 +229,23 @@ class UpstreamConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if self.waiter is None:  # bytes while idle in the pool: the upstream is confused; drop it
+        if self.exchange is None:  # bytes while idle in the pool: the upstream is confused; drop it
             self.abort()
             return
         self.got_bytes = True
         self.last_activity = self.pool.loop.time()
+        exchange = self.exchange
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:
             self._broken(f"malformed upstream response: {e}")
+        finally:
+            r = self.to_report
+            if r is not None:
+                # Told only now, with the whole packet parsed: a small response is already complete and
+                # goes to the client in one write; and nobody re-enters the parser from its callbacks.
+                self.to_report = None
+                exchange.on_response(r)
 
     def eof_received(self) -> bool:
         return False
@@ -237,10 +256,14 @@ class UpstreamConnection(asyncio.Protocol):
         if not was_closed:
             self.pool.forget(self)
         r = self.response
-        if self.waiter is not None and not self.waiter.done():
+        exchange = self.exchange
+        if exchange is not None and r is None:
             why = "connection reset" if exc is not None else "connection closed"
-            self.waiter.set_exception(UpstreamGone(f"{why} before the response", self.got_bytes))
-        elif r is not None and not r.complete and r.error is None:
+            self.exchange = None
+            self._detach_body()
+            exchange.on_gone(UpstreamGone(f"{why} before the response", self.got_bytes))
+            return
+        if r is not None and not r.complete and r.error is None:
             if r.close_delimited and exc is None:
                 r.finished()
             else:
@@ -249,9 +272,13 @@ class UpstreamConnection(asyncio.Protocol):
 
     def _broken(self, why: str) -> None:
         r = self.response
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(UpstreamGone(why, True))
-        elif r is not None and not r.complete:
+        exchange = self.exchange
+        if exchange is not None and r is None:
+            self.exchange = None
+            self.abort()
+            exchange.on_gone(UpstreamGone(why, True))
+            return
+        if r is not None and not r.complete:
             r.failed(why)
         self.abort()
 
@@ -288,9 +315,7 @@ class UpstreamConnection(asyncio.Protocol):
         no_body = self.head_request or status in _NO_BODY_STATUS
         r = UpstreamResponse(status, self.reason, self.headers, length, chunked, no_body, self, self.attempt)
         self.response = r
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(r)
+        self.to_report = r
         if self.head_request:
             # llhttp would wait for Content-Length bytes that never come after HEAD: use a new parser next time.
             self.parser_dirty = True

@@ -1,9 +1,11 @@
 """One client connection: an asyncio Protocol parsing requests with httptools (llhttp).
 
 Requests are answered one after another, in order (pipelined requests wait their turn, their bodies held
-back by flow control); each request's head starts its handling at once while its body streams in. The
-connection is also the :class:`~.response.Pipe` through which a delivered upstream body reaches the
-client, with the client's flow control reaching back to the upstream socket.
+back by flow control). A request's handling starts once the packet that carried its head has been parsed
+whole (so a small body is already there to go upstream in the same write) and runs in callbacks: there is
+no task per connection or per request. The connection is also the :class:`~.response.Pipe` through which a
+delivered upstream body reaches the client, with the client's flow control reaching back to the upstream
+socket.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .request import IncomingRequest, refused
 from .response import UpstreamResponse
 
 if TYPE_CHECKING:
+    from .forward import Forwarding
     from .server import HttpListener
 
 log = logging.getLogger("sidecar.http")
@@ -42,8 +45,8 @@ class ServerConnection(asyncio.Protocol):
         "parser",
         "current",
         "queue",
-        "worker",
-        "wakeup",
+        "active",
+        "in_next",
         "busy",
         "closing",
         "closed",
@@ -51,7 +54,7 @@ class ServerConnection(asyncio.Protocol):
         "read_paused_by",
         "streaming",
         "stream_chunked",
-        "stream_done",
+        "stream_owner",
         "write_paused",
         "last_activity",
         "in_body",
@@ -64,8 +67,8 @@ class ServerConnection(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         self.current: IncomingRequest | None = None  # being parsed
         self.queue: deque[IncomingRequest] = deque()  # parsed, waiting to be (or being) answered
-        self.worker: asyncio.Task[None] | None = None  # answers the queue, then waits for more
-        self.wakeup: asyncio.Future[None] | None = None
+        self.active: Forwarding | None = None  # the request being answered (queue[0])
+        self.in_next = False
         self.busy = False  # a request is being answered
         self.closing = False  # answer what is queued, then close
         self.closed = False
@@ -73,7 +76,7 @@ class ServerConnection(asyncio.Protocol):
         self.read_paused_by: set[str] = set()
         self.streaming: UpstreamResponse | None = None
         self.stream_chunked = False
-        self.stream_done: asyncio.Future[bool] | None = None
+        self.stream_owner: Forwarding | None = None
         self.write_paused = False
         self.last_activity = self.loop.time()
         self.in_body = False
@@ -94,6 +97,9 @@ class ServerConnection(asyncio.Protocol):
             return  # after a refusal or during shutdown: nothing more is read
         try:
             self.parser.feed_data(data)
+            if self.queue and not self.busy:
+                self._next()
+            return
         except httptools.HttpParserUpgrade as e:
             self._upgrade(data[e.args[0] :] if e.args else b"")
         except httptools.HttpParserCallbackError as e:
@@ -107,6 +113,8 @@ class ServerConnection(asyncio.Protocol):
                 self._refuse(400, "bad request")
         except httptools.HttpParserError as e:
             self._refuse(400, f"malformed request: {e}")
+        if self.queue and not self.busy:
+            self._next()
 
     def eof_received(self) -> bool:
         # Like nginx, an end of input while a request is unanswered means the client gave up (a client
@@ -118,13 +126,15 @@ class ServerConnection(asyncio.Protocol):
         self.closed = True
         self.closing = True
         self.listener.connections.discard(self)
-        if self.worker is not None:
-            self.worker.cancel()
+        active, self.active = self.active, None
+        self.streaming = self.stream_owner = None
+        if active is not None:
+            active.client_gone()
         for req in self.queue:
             if req.body is not None:
                 req.body.discard()
-        if self.stream_done is not None and not self.stream_done.done():
-            self.stream_done.set_result(False)
+        self.queue.clear()
+        self.busy = False
         self.listener.connection_idle(self)
 
     def pause_writing(self) -> None:
@@ -212,6 +222,8 @@ class ServerConnection(asyncio.Protocol):
             self._abort()
             return
         self._enqueue(refused(self.loop.time(), status, message))
+        if not self.busy:
+            self._next()
 
     def _upgrade(self, rest: bytes) -> None:
         req = self.queue[-1] if self.queue else None
@@ -257,53 +269,60 @@ class ServerConnection(asyncio.Protocol):
 
     # -- answering -------------------------------------------------------------------------------------
     def _enqueue(self, req: IncomingRequest) -> None:
-        self.queue.append(req)
-        if self.worker is None:
-            self.busy = True
-            self.worker = self.loop.create_task(self._serve())
-        elif self.wakeup is not None and not self.wakeup.done():
-            self.busy = True
-            self.wakeup.set_result(None)
+        self.queue.append(req)  # started by data_received once the packet is parsed (see _next)
 
-    async def _serve(self) -> None:
-        """One task per connection answers its requests in order, then waits for the next (cheaper than
-        a task per request)."""
-        forwarder = self.listener.forwarder
-        queue = self.queue
+    def _next(self) -> None:
+        """Answer queued requests in order, while each is answered at once; the rest follow
+        ``request_done``."""
+        if self.in_next:
+            return
+        self.in_next = True
         try:
-            while not self.closed:
-                if not queue:
-                    self.busy = False
-                    self.listener.connection_idle(self)
-                    if self.closing:
-                        break
-                    self.wakeup = self.loop.create_future()
-                    await self.wakeup
-                    self.wakeup = None
-                    continue
-                self.busy = True
+            queue = self.queue
+            while queue and not self.busy and not self.closed:
                 req = queue[0]
+                self.busy = True
                 if req.refusal is not None:
                     status, message = req.refusal
                     self.write(answers.encode(answers.text(status, message), keep_alive=False))
+                    self.close()
                     break
-                await forwarder.handle(req, self)
-                queue.popleft()
-                if len(queue) <= PIPELINE_DEPTH:
-                    self.resume_for("pipeline")
-                if not self.keep_alive_after(req):
+                try:
+                    self.listener.forwarder.begin(req, self)
+                except Exception:
+                    log.exception("answering a request failed")
+                    self.abort_request(req)
                     break
-                self.last_activity = self.loop.time()
-        except asyncio.CancelledError:
-            pass  # the client went away, or the listener stopped
-        except Exception:
-            log.exception("answering a request failed")
+            if not queue and self.closing and not self.closed:
+                self.close()
         finally:
-            self.busy = False
-            self.worker = None
-            self.wakeup = None
+            self.in_next = False
+        if not self.busy:
+            self.listener.connection_idle(self)
+
+    def request_done(self, req: IncomingRequest) -> None:
+        """``req`` is answered (or given up): on to the next one, or close."""
+        if self.closed:
+            return
+        self.active = None
+        queue = self.queue
+        if queue and queue[0] is req:
+            queue.popleft()
+        self.busy = False
+        if len(queue) <= PIPELINE_DEPTH:
+            self.resume_for("pipeline")
+        if not self.keep_alive_after(req):
             self.close()
             self.listener.connection_idle(self)
+            return
+        self.last_activity = self.loop.time()
+        self._next()
+
+    def abort_request(self, req: IncomingRequest) -> None:
+        """Something went wrong answering ``req``: drop the connection (its client sees it closed)."""
+        self.active = None
+        self.busy = False
+        self._abort()
 
     def keep_alive_after(self, req: IncomingRequest) -> bool:
         """May this connection carry another request after ``req``'s answer?"""
@@ -319,20 +338,19 @@ class ServerConnection(asyncio.Protocol):
             self.transport.close()
 
     # -- the response pipe (response.Pipe) -------------------------------------------------------------
-    def stream(self, resp: UpstreamResponse, chunked: bool) -> asyncio.Future[bool]:
-        """Write ``resp``'s body as it comes; the future says whether it ended cleanly."""
+    def stream(self, resp: UpstreamResponse, chunked: bool, owner: Forwarding) -> None:
+        """Write ``resp``'s body as it comes; ``owner.stream_over(resp, ok)`` follows."""
+        if self.closed:
+            owner.stream_over(resp, False)
+            return
         self.streaming = resp
         self.stream_chunked = chunked
-        fut = self.stream_done = self.loop.create_future()
-        if self.closed:
-            fut.set_result(False)
-            return fut
+        self.stream_owner = owner
         resp.pipe = self
         if self.write_paused:
             resp.pause_upstream()
         else:
             resp.resume_upstream()
-        return fut
 
     def data(self, chunk: bytes) -> None:
         if self.closed:
@@ -353,10 +371,9 @@ class ServerConnection(asyncio.Protocol):
         self._stream_over(False)
 
     def _stream_over(self, ok: bool) -> None:
-        if self.streaming is not None:
-            self.streaming.pipe = None
-            self.streaming = None
-        fut = self.stream_done
-        self.stream_done = None
-        if fut is not None and not fut.done():
-            fut.set_result(ok)
+        resp, owner = self.streaming, self.stream_owner
+        self.streaming = self.stream_owner = None
+        if resp is not None:
+            resp.pipe = None
+            if owner is not None:
+                owner.stream_over(resp, ok)

@@ -4,19 +4,25 @@ The request head sent upstream is built once per request (hop-by-hop headers dro
 and ``-Proto`` added, the body's framing restated) and completed per attempt (``attempt.py``). The answer
 follows the engine's finish (see ``answers.py``): the chosen upstream response is streamed to the client
 as it arrives, or the sidecar answers itself.
+
+All of it runs in protocol callbacks: :meth:`Forwarder.begin` starts a request's :class:`~sidecar.runtime.Driver`
+and returns; the driver calls :meth:`Forwarding.finished` when the engine is done, from whichever callback
+brought the last event; the connection hears ``request_done`` once the answer is complete.
 """
 
 from __future__ import annotations
 
-import asyncio
+import logging
 from typing import TYPE_CHECKING
 
 import httptools
 
 from ...policy import Reason
 from ...policy.deadline import parse_timeout_ms
-from ...runtime import drive
+from ...runtime import Delivery, Driver
 from ...services import Services
+from ...telemetry import RequestObserver
+from ...timers import timers_for
 from . import answers
 from .attempt import Attempter
 from .headers import request_head, response_head
@@ -31,6 +37,7 @@ if TYPE_CHECKING:
     from .server import HttpListener
 
 
+log = logging.getLogger("sidecar.http")
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
 _METHODS = {
     m: m.decode() for m in (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE")
@@ -44,6 +51,8 @@ class Forwarder:
         self.services = services
         self.telemetry = services.telemetry
         self.tracing = services.telemetry.tracer is not None
+        self.loop = listener.loop
+        self.timers = timers_for(self.loop) if self.loop is not None else None
         self.router = Router(listener.config, services.config.upstreams)
         self.pools: dict[str, dict[str, Pool]] = {}
         self.plans: dict[int, Plan] = {}  # by id(target): the router's targets are a fixed set
@@ -66,7 +75,8 @@ class Forwarder:
         return [p for pools in self.pools.values() for p in pools.values()]
 
     # -- one request -----------------------------------------------------------------------------------
-    async def handle(self, req: IncomingRequest, conn: ServerConnection) -> None:
+    def begin(self, req: IncomingRequest, conn: ServerConnection) -> None:
+        """Start forwarding ``req``; ``conn.request_done(req)`` follows once it is answered (perhaps at once)."""
         url = req.url
         authority: bytes | None = None
         if url[:1] == b"/" or url == b"*":
@@ -153,36 +163,13 @@ class Forwarder:
             replayable=replayable,
         )
         attempter = Attempter(conn.loop, plan, req, obs, rh.head, rh.host is None, may_retry)
-        try:
-            delivery = await drive(call, attempter, obs)
-        except asyncio.CancelledError:
-            obs.end("client went away")
-            raise
-        except BaseException as e:
-            obs.end(f"internal error: {type(e).__name__}")
-            raise
-        finish = delivery.finish
-        resp: UpstreamResponse | None = delivery.payload
-        expired = finish.outcome is not None and finish.outcome.deadline_expired
-        if resp is not None and (finish.reason is Reason.DEADLINE or expired):
-            # Nobody waits for it any more, or the upstream said it ran out of time: never a body to pass on.
-            attempter.discard(resp)
-            resp = None
-        if resp is None:
-            answer = answers.for_finish(finish, plan.expired_status)
-            if answer is not None:
-                self._answer(req, conn, answer)
-                obs.set_attribute("http.response.status_code", answer.status)
-            obs.end(None if answer is None or answer.status < 500 else answer.body.decode().strip())
-            return
-        obs.set_attribute("http.response.status_code", resp.status)
-        try:
-            ok = await self._deliver(req, conn, resp)
-        except BaseException:
-            resp.abort()
-            obs.end("client went away")
-            raise
-        obs.end(None if ok else "upstream response broke off")
+        fwd = Forwarding(self, req, conn, obs, attempter)
+        conn.active = fwd
+        if self.timers is None:
+            self.loop = conn.loop
+            self.timers = timers_for(conn.loop)
+        fwd.driver = Driver(call, attempter, obs, fwd.finished, conn.loop, self.timers)
+        fwd.driver.start()
 
     def _is_self(self, host: bytes) -> bool:
         """Does ``Host`` name the sidecar itself (``127.0.0.1:15001``)? Then the upstream is told its own
@@ -198,9 +185,90 @@ class Forwarder:
         return known
 
     # -- answers ---------------------------------------------------------------------------------------
-    async def _deliver(self, req: IncomingRequest, conn: ServerConnection, resp: UpstreamResponse) -> bool:
+    def _answer(self, req: IncomingRequest, conn: ServerConnection, answer: answers.Answer) -> None:
+        keep = conn.keep_alive_after(req)
+        if not keep:
+            conn.closing = True
+        if req.body is not None and not req.body.complete:
+            req.body.discard()
+        conn.write(answers.encode(answer, keep, head_only=req.head_request))
+
+    def _refuse(self, req: IncomingRequest, conn: ServerConnection, status: int, message: str) -> None:
+        self.listener.refused(status)
+        self._answer(req, conn, answers.text(status, message))
+        conn.request_done(req)
+
+
+class Forwarding:
+    """One request between ``begin`` and its complete answer."""
+
+    __slots__ = ("forwarder", "req", "conn", "obs", "attempter", "driver", "response")
+
+    def __init__(
+        self,
+        forwarder: Forwarder,
+        req: IncomingRequest,
+        conn: ServerConnection,
+        obs: RequestObserver,
+        attempter: Attempter,
+    ) -> None:
+        self.forwarder = forwarder
+        self.req = req
+        self.conn = conn
+        self.obs = obs
+        self.attempter = attempter
+        self.driver: Driver | None = None
+        self.response: UpstreamResponse | None = None  # being streamed to the client
+
+    def client_gone(self) -> None:
+        """The client disconnected: stop the attempts, or the response being streamed."""
+        if self.driver is not None and self.driver.finish is None:
+            self.driver.client_gone()  # -> finished(cancelled)
+            return
+        resp, self.response = self.response, None
+        if resp is not None:
+            resp.abort()
+            self.obs.end("client went away")
+
+    def finished(self, delivery: Delivery) -> None:
+        """The engine is done: answer the client (the chosen upstream response, or the sidecar's own)."""
+        try:
+            self._answer(delivery)
+        except Exception:
+            log.exception("answering a request failed")
+            self.obs.end("internal error")
+            self.conn.abort_request(self.req)
+
+    def _answer(self, delivery: Delivery) -> None:
+        finish = delivery.finish
+        req, conn, obs = self.req, self.conn, self.obs
+        if finish.reason is Reason.CANCELLED:
+            if delivery.payload is not None:
+                self.attempter.discard(delivery.payload)
+            obs.end("client went away")
+            conn.request_done(req)
+            return
+        resp: UpstreamResponse | None = delivery.payload
+        expired = finish.outcome is not None and finish.outcome.deadline_expired
+        if resp is not None and (finish.reason is Reason.DEADLINE or expired):
+            # Nobody waits for it any more, or the upstream said it ran out of time: never a body to pass on.
+            self.attempter.discard(resp)
+            resp = None
+        if resp is None:
+            answer = answers.for_finish(finish, self.attempter.plan.expired_status)
+            if answer is not None:
+                self.forwarder._answer(req, conn, answer)
+                obs.set_attribute("http.response.status_code", answer.status)
+            obs.end(None if answer is None or answer.status < 500 else answer.body.decode().strip())
+            conn.request_done(req)
+            return
+        obs.set_attribute("http.response.status_code", resp.status)
+        self._deliver(resp)
+
+    def _deliver(self, resp: UpstreamResponse) -> None:
         """Write the chosen response: its head and what arrived of its body at once, then the rest as it
-        comes. Returns whether it ended cleanly."""
+        comes (``stream_over`` follows)."""
+        req, conn = self.req, self.conn
         with_body = not (resp.no_body or req.head_request)
         lines, chunked, keep = response_head(
             resp.status,
@@ -216,7 +284,9 @@ class Forwarder:
         if not with_body:
             conn.write(b"".join(lines))
             resp.release()
-            return True
+            self.obs.end(None)
+            conn.request_done(req)
+            return
         for chunk in resp.take_held():
             if chunked:
                 lines += (b"%x\r\n" % len(chunk), chunk, b"\r\n")
@@ -226,29 +296,20 @@ class Forwarder:
             if chunked and resp.complete:
                 lines.append(b"0\r\n\r\n")
             conn.write(b"".join(lines))
-            resp.release()
-            if resp.error is not None:
-                conn.close()
-                return False
-            return True
+            self.stream_over(resp, resp.error is None)
+            return
         conn.write(b"".join(lines))
-        ok = await conn.stream(resp, chunked)
+        self.response = resp
+        conn.stream(resp, chunked, self)
+
+    def stream_over(self, resp: UpstreamResponse, ok: bool) -> None:
+        """The response went out whole (``ok``) or broke off."""
+        self.response = None
         resp.release()
         if not ok:
-            conn.close()
-        return ok
-
-    def _answer(self, req: IncomingRequest, conn: ServerConnection, answer: answers.Answer) -> None:
-        keep = conn.keep_alive_after(req)
-        if not keep:
-            conn.closing = True
-        if req.body is not None and not req.body.complete:
-            req.body.discard()
-        conn.write(answers.encode(answer, keep, head_only=req.head_request))
-
-    def _refuse(self, req: IncomingRequest, conn: ServerConnection, status: int, message: str) -> None:
-        self.listener.refused(status)
-        self._answer(req, conn, answers.text(status, message))
+            self.conn.close()
+        self.obs.end(None if ok else "upstream response broke off")
+        self.conn.request_done(self.req)
 
 
 def _header(headers: list[tuple[bytes, bytes, bytes]], lname: bytes) -> bytes | None:

@@ -82,8 +82,6 @@ class HttpListener:
                 )
         for conn in list(self.connections):
             conn._abort()
-            if conn.worker is not None:
-                conn.worker.cancel()
         for pool in self.forwarder.all_pools():
             pool.close()
         if self._sweeper is not None:

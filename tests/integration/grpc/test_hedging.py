@@ -111,6 +111,8 @@ async def test_hedged_client_stream_is_replayed_to_each_copy(up: GrpcUpstream, u
         call = sc.channel.stream_unary("/pkg.Svc/Upload")(stream())
         await up.wait_calls(1)
         await up2.wait_calls(1)
+        await up.calls[0].read_all.wait()  # both copies have the whole stream before either answers
+        await up2.calls[0].read_all.wait()
         hold.set()
         assert await call == b"".join(b"%d," % i for i in range(10))
         for u in (up, up2):

@@ -1,0 +1,118 @@
+"""The documents the sidecar writes itself: its ``hello`` (as a mongos), its errors, and an upstream error
+with the retry labels taken off when the sidecar has already spent the retries.
+
+Error codes the sidecar uses (none of them makes a driver retry by code):
+
+=====================================================  ====  ================================  ==========================
+when                                                   code  codeName                          labels
+=====================================================  ====  ================================  ==========================
+the deadline (maxTimeMS) passed before an answer        50   MaxTimeMSExpired
+no server fits the command (no primary, no secondary)   133  FailedToSatisfyReadPreference
+no connection to the upstream could be made             133  FailedToSatisfyReadPreference     SystemOverloadedError
+the upstream connection broke after the command went    9001 SocketException
+the upstream refused the sidecar's credentials          18   AuthenticationFailed
+the app tried to authenticate to the sidecar            18   AuthenticationFailed
+a command whose maxTimeMS cannot be set                 2    BadValue
+a bug in the sidecar while it carried the command        1    InternalError
+=====================================================  ====  ================================  ==========================
+
+``RetryableError`` (and, for retryable writes, ``RetryableWriteError``) are added only with
+``final_error_labels: keep``; in a transaction every network error carries ``TransientTransactionError``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+import bson
+from bson import CodecOptions
+from bson.raw_bson import RawBSONDocument
+
+from .classify import OVERLOADED_LABEL, RETRYABLE_LABEL, RETRYABLE_WRITE_LABEL, Failure
+from .commands import Command
+
+_KEEP_TYPES = CodecOptions(document_class=dict, tz_aware=True)
+STRIPPED = frozenset({RETRYABLE_LABEL, RETRYABLE_WRITE_LABEL})
+TRANSIENT = "TransientTransactionError"
+
+
+def error_doc(code: int, code_name: str, errmsg: str, labels: list[str] | tuple[str, ...] = ()) -> bytes:
+    doc: dict[str, Any] = {"ok": 0.0, "errmsg": errmsg, "code": code, "codeName": code_name}
+    if labels:
+        doc["errorLabels"] = list(labels)
+    return bson.encode(doc)
+
+
+def deadline_doc(cmd: Command) -> bytes:
+    return error_doc(
+        50, "MaxTimeMSExpired", f"operation exceeded time limit ({cmd.max_time_ms} ms maxTimeMS)"
+    )
+
+
+def no_server_doc(message: str) -> bytes:
+    return error_doc(133, "FailedToSatisfyReadPreference", message)
+
+
+def failure_doc(failure: Failure, cmd: Command, upstream: str, attempts: int, keep: bool) -> bytes:
+    tried = f" after {attempts} attempt{'s' if attempts != 1 else ''}"
+    labels: list[str] = []
+    if failure.stage == "auth":
+        return error_doc(18, "AuthenticationFailed", f"upstream {upstream!r}: {failure.message}")
+    if failure.stage == "request":
+        return error_doc(2, "BadValue", failure.message)
+    if cmd.in_transaction:
+        labels.append(TRANSIENT)
+    if failure.stage == "connect":
+        labels.append(OVERLOADED_LABEL)
+        if keep:
+            labels.append(RETRYABLE_LABEL)
+        msg = f"retry-sidecar could not reach upstream {upstream!r}{tried}: {failure.message}"
+        return error_doc(133, "FailedToSatisfyReadPreference", msg, labels)
+    if keep and cmd.retryable_write:
+        labels.append(RETRYABLE_WRITE_LABEL)
+    msg = f"connection to upstream {upstream!r} broke{tried}: {failure.message}"
+    return error_doc(9001, "SocketException", msg, labels)
+
+
+def without_retry_labels(body: RawBSONDocument) -> bytes | None:
+    """The body without ``RetryableError``/``RetryableWriteError``, or ``None`` when it has neither."""
+    labels = body.get("errorLabels")
+    if not isinstance(labels, list) or not any(x in STRIPPED for x in labels):
+        return None
+    doc = bson.decode(body.raw, _KEEP_TYPES)
+    kept = [x for x in labels if x not in STRIPPED]
+    if kept:
+        doc["errorLabels"] = kept
+    else:
+        del doc["errorLabels"]
+    return bson.encode(doc)
+
+
+def hello_reply(request: Mapping[str, Any], facts: Mapping[str, Any], connection_id: int) -> bytes:
+    """The sidecar's answer to ``hello``/``isMaster``: a mongos with the upstream's limits, no
+    ``topologyVersion`` (so drivers poll instead of streaming), no compression, no auth mechanisms."""
+    legacy = "hello" not in request
+    doc: dict[str, Any] = {"ismaster" if legacy else "isWritablePrimary": True}
+    if request.get("helloOk"):
+        doc["helloOk"] = True
+    doc["msg"] = "isdbgrid"
+    doc.update(
+        maxBsonObjectSize=facts["maxBsonObjectSize"],
+        maxMessageSizeBytes=facts["maxMessageSizeBytes"],
+        maxWriteBatchSize=facts["maxWriteBatchSize"],
+        localTime=datetime.datetime.now(datetime.UTC),
+        connectionId=connection_id,
+        minWireVersion=facts["minWireVersion"],
+        maxWireVersion=facts["maxWireVersion"],
+        readOnly=False,
+    )
+    if facts.get("logicalSessionTimeoutMinutes") is not None:
+        doc["logicalSessionTimeoutMinutes"] = facts["logicalSessionTimeoutMinutes"]
+    doc["ok"] = 1.0
+    return bson.encode(doc)
+
+
+def ok_doc() -> bytes:
+    return bson.encode({"ok": 1.0})

@@ -1,0 +1,288 @@
+"""Connections to upstream servers: connect (TLS optional), handshake with ``backpressure: true``, SCRAM
+authentication, one command at a time; and a pool of them per endpoint.
+
+Every failure to get a ready connection is a :class:`ConnectFailure` (stage ``connect``: nothing was sent;
+stage ``auth``: the upstream refused the sidecar's credentials). Failures after a command went out are
+``OSError`` / ``asyncio.IncompleteReadError`` / ``wire.ProtocolError`` from :meth:`Connection.roundtrip`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import platform
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import bson
+from bson import CodecOptions
+from bson.raw_bson import RawBSONDocument
+
+from ... import __version__
+from ...config.schema import AuthConfig, TlsConfig, UpstreamConfig
+from . import wire
+from .scram import ScramClient, ScramFailure
+
+log = logging.getLogger("sidecar.mongo.upstream")
+RAW = CodecOptions(document_class=RawBSONDocument)
+#: Replies may be a little larger than the largest document (mongod's own limit is 48 MB messages).
+MAX_REPLY = 64 * 1024 * 1024
+
+CLIENT_METADATA = {
+    "driver": {"name": "retry-sidecar", "version": __version__},
+    "os": {"type": platform.system() or "unknown", "architecture": platform.machine() or "unknown"},
+    "platform": f"Python {platform.python_version()}",
+    "application": {"name": "retry-sidecar"},
+}
+
+
+class ConnectFailure(Exception):
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.message = message
+
+
+def ssl_context(tls: TlsConfig | None) -> ssl.SSLContext | None:
+    if tls is None:
+        return None
+    ctx = ssl.create_default_context(cafile=tls.ca_file)
+    if tls.cert_file:
+        ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    if tls.insecure_skip_verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+@dataclass(frozen=True)
+class Settings:
+    connect_timeout: float
+    max_connections: int
+    tls: ssl.SSLContext | None
+    server_name: str | None
+    auth: AuthConfig | None
+
+    @classmethod
+    def from_config(cls, cfg: UpstreamConfig) -> Settings:
+        return cls(
+            connect_timeout=cfg.connect_timeout,
+            max_connections=cfg.max_connections,
+            tls=ssl_context(cfg.tls),
+            server_name=cfg.tls.server_name if cfg.tls is not None else None,
+            auth=cfg.auth,
+        )
+
+
+def split(endpoint: str) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class Connection:
+    """One upstream connection, used by one request at a time."""
+
+    __slots__ = ("endpoint", "reader", "writer", "hello", "generation")
+
+    def __init__(self, endpoint: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.endpoint = endpoint
+        self.reader = reader
+        self.writer = writer
+        self.hello: Mapping[str, Any] = {}
+        self.generation = 0
+
+    @property
+    def closed(self) -> bool:
+        return self.writer.is_closing() or self.reader.at_eof()
+
+    def close(self) -> None:
+        self.writer.close()
+
+    async def send(self, message: bytes) -> None:
+        self.writer.write(message)
+        await self.writer.drain()
+
+    async def roundtrip(self, message: bytes, request_id: int) -> tuple[wire.Header, bytes]:
+        """Send a command and read its reply (an OP_MSG answering ``request_id``)."""
+        self.writer.write(message)
+        await self.writer.drain()
+        return await self.read_reply(request_id)
+
+    async def read_reply(self, request_id: int) -> tuple[wire.Header, bytes]:
+        head = await self.reader.readexactly(wire.HEADER_SIZE)
+        header = wire.parse_header(head, MAX_REPLY)
+        payload = await self.reader.readexactly(header.length - wire.HEADER_SIZE)
+        if header.response_to != request_id:
+            raise wire.ProtocolError(f"reply answers request {header.response_to}, expected {request_id}")
+        if header.op_code != wire.OP_MSG:
+            raise wire.ProtocolError(
+                f"reply is {wire.OP_NAMES.get(header.op_code, header.op_code)}, not OP_MSG"
+            )
+        return header, payload
+
+    async def command(self, doc: Mapping[str, Any]) -> RawBSONDocument:
+        """Run a command the sidecar originates (handshake, auth, monitoring) and return its reply body."""
+        rid = wire.next_request_id()
+        header, payload = await self.roundtrip(wire.encode_body_msg(rid, 0, bson.encode(doc)), rid)
+        msg = wire.parse_msg(payload, header)
+        return RawBSONDocument(msg.body, RAW)
+
+
+def hello_command(handshake: bool) -> dict[str, Any]:
+    cmd: dict[str, Any] = {"hello": 1, "helloOk": True, "backpressure": True}
+    if handshake:
+        cmd["client"] = CLIENT_METADATA
+    cmd["$db"] = "admin"
+    return cmd
+
+
+async def connect(endpoint: str, settings: Settings) -> Connection:
+    """A ready connection: TCP (+TLS), ``hello`` with ``backpressure: true``, SCRAM when configured."""
+    host, port = split(endpoint)
+    try:
+        async with asyncio.timeout(settings.connect_timeout):
+            reader, writer = await asyncio.open_connection(
+                host,
+                port,
+                ssl=settings.tls,
+                server_hostname=(settings.server_name or host) if settings.tls is not None else None,
+            )
+    except TimeoutError:
+        raise ConnectFailure("connect", f"connecting to {endpoint} timed out") from None
+    except (OSError, ssl.SSLError) as e:
+        raise ConnectFailure("connect", f"connecting to {endpoint} failed: {e}") from None
+    conn = Connection(endpoint, reader, writer)
+    try:
+        async with asyncio.timeout(settings.connect_timeout):
+            conn.hello = await conn.command(hello_command(handshake=True))
+            if conn.hello.get("ok") != 1:
+                raise ConnectFailure("connect", f"hello to {endpoint} failed: {conn.hello.get('errmsg')}")
+            if settings.auth is not None:
+                await authenticate(conn, settings.auth)
+    except TimeoutError:
+        conn.close()
+        raise ConnectFailure("connect", f"handshake with {endpoint} timed out") from None
+    except (OSError, asyncio.IncompleteReadError, wire.ProtocolError, ssl.SSLError) as e:
+        conn.close()
+        raise ConnectFailure(
+            "connect", f"handshake with {endpoint} failed: {e or type(e).__name__}"
+        ) from None
+    except ConnectFailure:
+        conn.close()
+        raise
+    return conn
+
+
+async def authenticate(conn: Connection, auth: AuthConfig) -> None:
+    client = ScramClient(auth.mechanism, auth.username, auth.password)
+    try:
+        reply = await conn.command(
+            {
+                "saslStart": 1,
+                "mechanism": auth.mechanism,
+                "payload": bson.Binary(client.first()),
+                "autoAuthorize": 1,
+                "options": {"skipEmptyExchange": True},
+                "$db": auth.source,
+            }
+        )
+        _check(reply, conn.endpoint)
+        final = client.final(bytes(reply["payload"]))
+        reply = await conn.command(
+            {
+                "saslContinue": 1,
+                "conversationId": reply["conversationId"],
+                "payload": bson.Binary(final),
+                "$db": auth.source,
+            }
+        )
+        _check(reply, conn.endpoint)
+        client.verify(bytes(reply["payload"]))
+        while not reply.get("done"):
+            reply = await conn.command(
+                {
+                    "saslContinue": 1,
+                    "conversationId": reply["conversationId"],
+                    "payload": b"",
+                    "$db": auth.source,
+                }
+            )
+            _check(reply, conn.endpoint)
+    except ScramFailure as e:
+        raise ConnectFailure("auth", f"authenticating to {conn.endpoint} as {auth.username!r}: {e}") from None
+
+
+def _check(reply: Mapping[str, Any], endpoint: str) -> None:
+    if reply.get("ok") != 1:
+        raise ConnectFailure(
+            "auth", f"{endpoint} refused authentication: {reply.get('errmsg', 'no reason given')}"
+        )
+
+
+class Pool:
+    """Idle connections to one endpoint, at most ``max_connections`` open (waiters queue)."""
+
+    def __init__(self, endpoint: str, settings: Settings) -> None:
+        self.endpoint = endpoint
+        self.settings = settings
+        self.idle: collections.deque[Connection] = collections.deque()
+        self.slots = asyncio.Semaphore(settings.max_connections)
+        self.generation = 0
+        self.closed = False
+
+    async def acquire(self) -> Connection:
+        await self.slots.acquire()
+        try:
+            while self.idle:
+                conn = self.idle.pop()
+                if not conn.closed and conn.generation == self.generation:
+                    return conn
+                conn.close()
+            conn = await connect(self.endpoint, self.settings)
+            conn.generation = self.generation
+            return conn
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def release(self, conn: Connection) -> None:
+        """Return a connection whose last reply was read completely."""
+        self.slots.release()
+        if self.closed or conn.closed or conn.generation != self.generation:
+            conn.close()
+        else:
+            self.idle.append(conn)
+
+    def discard(self, conn: Connection) -> None:
+        """Close a connection left in an unknown state (error, cancellation mid-command)."""
+        self.slots.release()
+        conn.close()
+
+    def clear(self) -> None:
+        """The endpoint failed: close idle connections; ones in use close when returned."""
+        self.generation += 1
+        while self.idle:
+            self.idle.pop().close()
+
+    def close(self) -> None:
+        self.closed = True
+        self.clear()
+
+
+class Pools:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._pools: dict[str, Pool] = {}
+
+    def get(self, endpoint: str) -> Pool:
+        pool = self._pools.get(endpoint)
+        if pool is None:
+            pool = self._pools[endpoint] = Pool(endpoint, self.settings)
+        return pool
+
+    def close(self) -> None:
+        for p in self._pools.values():
+            p.close()
