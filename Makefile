@@ -39,7 +39,7 @@ bench: $(STAMP)
 lock:
 	$(PYTHON) -m venv /tmp/sidecar-lock-venv
 	/tmp/sidecar-lock-venv/bin/pip install --quiet pip-tools
-	/tmp/sidecar-lock-venv/bin/pip-compile --quiet --extra test --generate-hashes --strip-extras \
+	/tmp/sidecar-lock-venv/bin/pip-compile --quiet --extra test --extra plot --generate-hashes --strip-extras \
 	    --allow-unsafe -o requirements.lock pyproject.toml
 
 clean:

@@ -1,4 +1,4 @@
-"""The ``sidecar`` command: run, check, version (and, from the protocol issues, demo)."""
+"""The ``sidecar`` command: run, check, simulate, version (and, from the protocol issues, demo)."""
 
 from __future__ import annotations
 
@@ -101,6 +101,42 @@ def demo(
         _run(all_parts(), True)
     except KeyboardInterrupt:
         typer.echo("\nstopped")
+
+
+@app.command()
+def simulate(
+    scenario: str = typer.Option(
+        ...,
+        "--scenario",
+        help="A shipped scenario (seed-crash, brownout, flaky, long-tail, full-outage) or a YAML file.",
+    ),
+    engine: str = typer.Option(
+        "des", "--engine", help="live: real processes and sockets; des: virtual time."
+    ),
+    strategy: list[str] = typer.Option(
+        None,
+        "--strategy",
+        help="fixed, backoff, sidecar (repeat, or comma-separated); default: the scenario's.",
+    ),
+    duration: float = typer.Option(
+        None, "--duration", help="Seconds of scenario time (default: the scenario's)."
+    ),
+    plot: Path = typer.Option(None, "--plot", help="Write a PNG figure here."),
+    as_json: bool = typer.Option(
+        False, "--json", help="End with one line of JSON: the summary per strategy."
+    ),
+    set_: list[str] = typer.Option(
+        None, "--set", help="Change a scenario key: --set clients.rate=200 (repeatable)."
+    ),
+    table: bool = typer.Option(True, help="Print the per-second table of each strategy."),
+) -> None:
+    """Overload lab: many clients, a server with the seed's latency law, an outage; fixed-interval retries,
+    exponential backoff and the sidecar compared (see docs/simulate.md)."""
+    from .simulate.command import main as simulate_main
+
+    code = simulate_main(scenario, engine, strategy, duration, plot, as_json, set_, table)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

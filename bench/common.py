@@ -1,0 +1,122 @@
+"""What every benchmark shares: the machine it ran on, the result file, medians.
+
+A result is ``bench/results/<name>.json`` in one shape, which ``run_all.py`` turns into the table in
+bench/README.md::
+
+    {"name": "recovery", "title": "...", "machine": {"cores": 2, ...},
+     "columns": ["fixed", "backoff", "sidecar"],            # what is compared, baseline first
+     "rows": [{"metric": "...", "unit": "s", "values": {"fixed": 1.0, ...},
+               "goal": "sidecar <= 5", "met": true}],      # goal/met optional
+     "notes": ["..."], "figure": "recovery.png"}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {
+        "cores": os.cpu_count() or 1,
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "load_at_start": None if load is None else round(load, 2),
+    }
+
+
+def median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def spread(values: list[float | None]) -> str:
+    present = [v for v in values if v is not None]
+    if not present:
+        return "-"
+    return f"{fmt(min(present))}..{fmt(max(present))}"
+
+
+def row(
+    metric: str,
+    unit: str,
+    values: dict[str, Any],
+    goal: str | None = None,
+    met: bool | None = None,
+    spread: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"metric": metric, "unit": unit, "values": values}
+    if spread:
+        out["spread"] = spread
+    if goal is not None:
+        out["goal"] = goal
+        out["met"] = met
+    return out
+
+
+def write(
+    name: str,
+    title: str,
+    columns: list[str],
+    rows: list[dict[str, Any]],
+    notes: list[str],
+    figure: str | None,
+    started: dict[str, Any],
+) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    data = {
+        "name": name,
+        "title": title,
+        "machine": started,
+        "columns": columns,
+        "rows": rows,
+        "notes": notes,
+        "figure": figure,
+    }
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
+    return path
+
+
+def show(columns: list[str], rows: list[dict[str, Any]]) -> None:
+    """Print the rows as a table."""
+    head = f"{'metric':<46}" + "".join(f"{c:>16}" for c in columns) + "  goal"
+    print(head)
+    for r in rows:
+        cells = "".join(f"{fmt(r['values'].get(c)):>16}" for c in columns)
+        goal = r.get("goal")
+        verdict = "" if goal is None else f"  {goal}: {'met' if r.get('met') else 'NOT met'}"
+        print(f"{r['metric'] + (' (' + r['unit'] + ')' if r['unit'] else ''):<46}{cells}{verdict}")
+
+
+def fmt(v: Any) -> str:
+    """Numbers people read: 26,856 and 1.053 rather than 2.686e+04 and 1.0527."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 10000 else str(v)
+    if isinstance(v, float) and v.is_integer() and abs(v) >= 100:
+        return fmt(int(v))
+    if isinstance(v, float):
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        if abs(v) >= 100:
+            return f"{v:.1f}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+    sys.stdout.flush()

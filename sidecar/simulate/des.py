@@ -1,0 +1,387 @@
+"""The des engine: the scenario in virtual time, driving the sidecar's real policy engine.
+
+One heap of timed events; nothing sleeps, so an hour of traffic from 100,000 clients runs in seconds.
+The server is the same :class:`~.model.ModelServer` the live engine serves HTTP with, checked every
+``server.tick``. A ``stop`` outage freezes it: arrivals queue, as in a stopped process's kernel, up to
+``server.backlog``, and enter together when it resumes; a connection beyond the backlog is tried again by
+the client's kernel 1, 3, 7, ... s later (SYN retransmission) while its client still waits.
+
+The ``sidecar`` strategy builds a real :class:`sidecar.policy.Call` per request, with a real
+:class:`~sidecar.upstream.balancer.Balancer` and retry budget (``make_throttle``) per sidecar instance,
+the policy compiled by the sidecar's own config loader; virtual ``now`` and a seeded random go in. What
+the runtime does with the commands (send, cancel, wake, finish) is done here with events. An attempt the
+engine cancels (per-try timeout, deadline, lost hedge) is abandoned: the server still works on it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ..policy import (
+    START,
+    TICK,
+    AttemptEnded,
+    Call,
+    CancelAttempt,
+    Finish,
+    Reason,
+    SendAttempt,
+    Wake,
+    make_throttle,
+)
+from ..upstream.balancer import Balancer
+from .model import OK, ModelServer
+from .policy import SidecarPolicy, compile_policy
+from .record import Record
+from .retry import Waits, mean_gap
+from .scenario import Scenario
+
+INF = math.inf
+SYN_RETRY = 1.0  # Linux's first SYN retransmission timeout
+
+
+class Loop:
+    """Virtual time: ``at(t, fn, *args)`` runs ``fn(*args)`` when the clock reaches ``t``."""
+
+    __slots__ = ("now", "_queue", "_seq")
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._queue: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._seq = 0
+
+    def at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._queue, (t, self._seq, fn, args))
+
+    def run(self, until: float) -> None:
+        q = self._queue
+        pop = heapq.heappop
+        while q and q[0][0] < until:
+            t, _, fn, args = pop(q)
+            self.now = t
+            fn(*args)
+        self.now = until
+
+
+class Job:
+    """One attempt at the server. ``answer(status)`` is called when it is answered, unless abandoned."""
+
+    __slots__ = ("answer",)
+
+    def __init__(self, answer: Callable[[int], None] | None) -> None:
+        self.answer = answer
+
+
+class Servers:
+    """The server replicas in virtual time, with the outage applied."""
+
+    def __init__(self, loop: Loop, s: Scenario, rec: Record) -> None:
+        self.loop = loop
+        self.rec = rec
+        self.spec = s.server
+        self.outage = s.outage
+        rand = random.Random(f"{s.seed}-server")
+        self.replicas = [ModelServer(s.server, s.outage, rand) for _ in range(s.server.replicas)]
+        self.stopped = False
+        self.backlogs: list[deque[Job]] = [deque() for _ in self.replicas]
+        self.submitted = [0] * len(self.replicas)  # attempts sent to each replica
+        o = s.outage
+        if o is not None and o.mode == "stop":
+            loop.at(o.start, self._stop)
+            loop.at(o.end, self._resume)
+        loop.at(0.0, self._tick)
+
+    def submit(self, replica: int, job: Job, syn_wait: float = SYN_RETRY) -> None:
+        if syn_wait == SYN_RETRY:  # a new attempt, not the kernel trying it again
+            self.submitted[replica] += 1
+        if self.stopped:
+            backlog = self.backlogs[replica]
+            if len(backlog) < self.spec.backlog:
+                backlog.append(job)
+            else:
+                # The kernel drops the connection attempt; the client's kernel tries again later (TCP SYN
+                # retransmission: after 1 s, then 2 s, 4 s, ...) for as long as the client still waits.
+                self.loop.at(self.loop.now + syn_wait, self._syn_again, replica, job, 2 * syn_wait)
+            return
+        status = self.replicas[replica].admit(self.loop.now, job)
+        if status is not None:  # answered at once: still an event of its own, never a nested call
+            self.loop.at(self.loop.now, self._deliver, job, status)
+
+    def _syn_again(self, replica: int, job: Job, syn_wait: float) -> None:
+        if job.answer is not None:  # not abandoned
+            self.submit(replica, job, syn_wait)
+
+    def inflight(self) -> int:
+        return sum(r.inflight for r in self.replicas)
+
+    @staticmethod
+    def _deliver(job: Job, status: int) -> None:
+        answer = job.answer
+        if answer is not None:
+            job.answer = None
+            answer(status)
+
+    def _tick(self) -> None:
+        loop = self.loop
+        now = loop.now
+        if not self.stopped:
+            for r in self.replicas:
+                if r.inflight:
+                    for job, status in r.due(now):
+                        self._deliver(job, status)  # type: ignore[arg-type]
+            self.rec.inflight(now, self.inflight())
+        loop.at(now + self.spec.tick, self._tick)
+
+    def _stop(self) -> None:
+        self.stopped = True
+
+    def _resume(self) -> None:
+        self.stopped = False
+        now = self.loop.now
+        for replica, backlog in zip(self.replicas, self.backlogs, strict=True):
+            while backlog:
+                job = backlog.popleft()
+                status = replica.admit(now, job)
+                if status is not None:
+                    self.loop.at(now, self._deliver, job, status)
+        self.rec.inflight(now, self.inflight())
+
+
+class _Client:
+    __slots__ = ("since", "job", "waits", "attempts")
+
+    def __init__(self) -> None:
+        self.since: float | None = None  # when the request in progress started
+        self.job: Job | None = None
+        self.waits: Waits | None = None
+        self.attempts = 0  # of the request in progress
+
+
+class DirectClients:
+    """``fixed`` and ``backoff``: each client retries its own failed or timed-out attempts."""
+
+    def __init__(self, loop: Loop, s: Scenario, servers: Servers, rec: Record, strategy: str) -> None:
+        self.loop = loop
+        self.s = s
+        self.spec = s.clients
+        self.servers = servers
+        self.rec = rec
+        self.strategy = strategy
+        self.rand = random.Random(f"{s.seed}-clients")
+        self.gap = mean_gap(s.clients)
+        self.clients = [_Client() for _ in range(s.clients.count)]
+        self.max_attempts_seen = 0  # the most attempts any request made
+        for c in self.clients:
+            loop.at(self.rand.expovariate(1.0 / self.gap), self._begin, c)
+
+    def _begin(self, c: _Client) -> None:
+        now = self.loop.now
+        c.since = now
+        c.waits = None
+        c.attempts = 0
+        self.rec.started(now)
+        self._send(c)
+
+    def _send(self, c: _Client) -> None:
+        now = self.loop.now
+        c.attempts += 1
+        if c.attempts > self.max_attempts_seen:
+            self.max_attempts_seen = c.attempts
+        job = Job(None)
+        job.answer = lambda status: self._answered(c, job, status)
+        c.job = job
+        self.rec.attempt(now)
+        replica = int(self.rand.random() * len(self.servers.replicas))
+        self.servers.submit(replica, job)
+        self.loop.at(now + self.spec.timeout, self._timed_out, c, job)
+
+    def _answered(self, c: _Client, job: Job, status: int) -> None:
+        c.job = None
+        now = self.loop.now
+        if status == OK:
+            self._end(c, True)
+        else:
+            self.rec.error(now)
+            self._retry(c)
+
+    def _timed_out(self, c: _Client, job: Job) -> None:
+        if c.job is not job:
+            return
+        job.answer = None  # abandoned: the server still works on it
+        c.job = None
+        self.rec.timeout(self.loop.now)
+        self._retry(c)
+
+    def _retry(self, c: _Client) -> None:
+        now = self.loop.now
+        assert c.since is not None
+        limit = self.spec.max_attempts
+        if now - c.since >= self.spec.patience or (limit is not None and c.attempts >= limit):
+            self._end(c, False)
+            return
+        if c.waits is None:
+            c.waits = Waits(self.strategy, self.spec, self.rand)
+        self.loop.at(now + c.waits.next(), self._send, c)
+
+    def _end(self, c: _Client, ok: bool) -> None:
+        now = self.loop.now
+        assert c.since is not None
+        self.rec.ended(now, c.since, ok)
+        c.since = None
+        self.loop.at(now + self.rand.expovariate(1.0 / self.gap), self._begin, c)
+
+    def open_requests(self) -> list[float]:
+        return [c.since for c in self.clients if c.since is not None]
+
+
+class _Request:
+    __slots__ = ("call", "jobs", "wake", "done", "sent")
+
+    def __init__(self, call: Call, done: Callable[[Finish], None]) -> None:
+        self.call = call
+        self.sent = 0
+        self.jobs: dict[int, Job] = {}
+        self.wake = 0  # generation of the latest Wake: older wake events are ignored
+        self.done = done
+
+
+class Sidecar:
+    """One sidecar instance: its balancer and retry budget, carrying out the engine's commands in events."""
+
+    def __init__(
+        self, loop: Loop, policy: SidecarPolicy, servers: Servers, rec: Record, rand: random.Random
+    ) -> None:
+        self.loop = loop
+        self.policy = policy
+        self.servers = servers
+        self.rec = rec
+        self.rand = rand.random
+        self.endpoints = [f"replica-{i}:{i}" for i in range(len(servers.replicas))]
+        self.replica_of = {e: i for i, e in enumerate(self.endpoints)}
+        self.balancer = Balancer(self.endpoints, cooldown=policy.upstream.overload_cooldown)
+        spec = policy.engine.throttle
+        self.throttle = make_throttle(spec) if spec is not None else None
+        self.attempts = 0
+        self.max_attempts_seen = 0  # the most attempts any request made (counted here, not by the engine)
+
+    def request(self, deadline: float, done: Callable[[Finish], None]) -> None:
+        call = Call(
+            self.policy.engine,
+            picker=self.balancer,
+            rand=self.rand,
+            deadline=deadline,
+            throttle=self.throttle,
+        )
+        self._feed(_Request(call, done), START)
+
+    def _feed(self, r: _Request, event: Any) -> None:
+        loop = self.loop
+        now = loop.now
+        for cmd in r.call.handle(event, now):
+            t = type(cmd)
+            if t is SendAttempt:
+                self._send(r, cmd)  # type: ignore[arg-type]
+            elif t is Wake:
+                r.wake += 1
+                if cmd.at < INF:  # type: ignore[union-attr]
+                    loop.at(cmd.at, self._tick, r, r.wake)  # type: ignore[union-attr]
+            elif t is CancelAttempt:
+                job = r.jobs.pop(cmd.attempt, None)  # type: ignore[union-attr]
+                if job is not None:
+                    job.answer = None  # abandoned: the server still works on it
+            elif t is Finish:
+                r.done(cmd)  # type: ignore[arg-type]
+
+    def _send(self, r: _Request, cmd: SendAttempt) -> None:
+        n = cmd.attempt
+        r.sent += 1
+        if r.sent > self.max_attempts_seen:
+            self.max_attempts_seen = r.sent
+        job = Job(None)
+        job.answer = lambda status: self._answered(r, n, status)
+        r.jobs[n] = job
+        self.attempts += 1
+        self.rec.attempt(self.loop.now)
+        self.servers.submit(self.replica_of[cmd.endpoint], job)
+
+    def _answered(self, r: _Request, n: int, status: int) -> None:
+        if r.jobs.pop(n, None) is None:
+            return
+        self._feed(r, AttemptEnded(n, self.policy.classify(status)))
+
+    def _tick(self, r: _Request, generation: int) -> None:
+        if generation == r.wake and not r.call.finished:
+            self._feed(r, TICK)
+
+
+class SidecarClients:
+    """``sidecar``: each client sends once, through its sidecar, with its timeout as the deadline."""
+
+    def __init__(self, loop: Loop, s: Scenario, servers: Servers, rec: Record) -> None:
+        self.loop = loop
+        self.spec = s.clients
+        self.rec = rec
+        self.rand = random.Random(f"{s.seed}-clients")
+        self.gap = mean_gap(s.clients)
+        policy = compile_policy(s, [f"replica-{i}:{i}" for i in range(s.server.replicas)])
+        sidecar_rand = random.Random(f"{s.seed}-sidecar")
+        self.sidecars = [
+            Sidecar(loop, policy, servers, rec, sidecar_rand) for _ in range(s.sidecar.instances)
+        ]
+        self.clients = [_Client() for _ in range(s.clients.count)]
+        for i, c in enumerate(self.clients):
+            loop.at(self.rand.expovariate(1.0 / self.gap), self._begin, i, c)
+
+    def _begin(self, i: int, c: _Client) -> None:
+        now = self.loop.now
+        c.since = now
+        self.rec.started(now)
+        sidecar = self.sidecars[i % len(self.sidecars)]
+        sidecar.request(now + self.spec.timeout, lambda f: self._done(i, c, f))
+
+    def _done(self, i: int, c: _Client, f: Finish) -> None:
+        now = self.loop.now
+        assert c.since is not None
+        ok = f.outcome is not None and f.outcome.ok
+        if not ok:
+            if f.reason is Reason.DEADLINE:
+                self.rec.timeout(now)
+            else:
+                self.rec.error(now)
+        self.rec.ended(now, c.since, ok)
+        c.since = None
+        self.loop.at(now + self.rand.expovariate(1.0 / self.gap), self._begin, i, c)
+
+    def open_requests(self) -> list[float]:
+        return [c.since for c in self.clients if c.since is not None]
+
+    @property
+    def max_attempts_seen(self) -> int:
+        return max(sc.max_attempts_seen for sc in self.sidecars)
+
+
+def run(s: Scenario, strategy: str) -> Record:
+    """Run one strategy through the scenario; the per-second record."""
+    return simulate(s, strategy)[0]
+
+
+def simulate(s: Scenario, strategy: str) -> tuple[Record, DirectClients | SidecarClients]:
+    """Like :func:`run`, and the clients object too (tests look inside: attempts per request, sidecars)."""
+    loop = Loop()
+    rec = Record(s.duration)
+    servers = Servers(loop, s, rec)
+    clients: DirectClients | SidecarClients
+    if strategy == "sidecar":
+        clients = SidecarClients(loop, s, servers, rec)
+    else:
+        clients = DirectClients(loop, s, servers, rec, strategy)
+    loop.run(s.duration)
+    rec.open_at_end(clients.open_requests(), s.duration, s.clients.timeout)
+    rec.fill_inflight()
+    return rec, clients

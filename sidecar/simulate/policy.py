@@ -1,0 +1,54 @@
+"""The sidecar's side of a scenario: the configuration it runs with, compiled by the sidecar's own loader.
+
+Both engines start from :func:`config_dict`: the live engine hands it to the sidecar process, the des
+engine compiles it with the same loader and builds real ``Call``s from the result, classifying the model
+server's answers with the HTTP listener's own classifier. So the policy a scenario names is checked,
+spelled out, compiled and applied exactly as ``sidecar run`` would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..adapters.http.classify import HttpClassifier
+from ..config import ConfigError, PolicyConfig, UpstreamConfig, load_dict, retry_policy
+from ..policy import Outcome, RetryPolicy
+from .scenario import Scenario, ScenarioError
+
+LISTENER = "sim"
+UPSTREAM = "model"
+POLICY = "sim"
+
+
+def config_dict(s: Scenario, endpoints: list[str], listen: str = "127.0.0.1:0") -> dict[str, Any]:
+    return {
+        "admin": {"listen": None},
+        "policies": {POLICY: dict(s.sidecar.policy)},
+        "upstreams": {UPSTREAM: {**s.sidecar.upstream, "endpoints": list(endpoints)}},
+        "listeners": [
+            {"name": LISTENER, "protocol": "http", "listen": listen, "upstream": UPSTREAM, "policy": POLICY}
+        ],
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarPolicy:
+    engine: RetryPolicy
+    config: PolicyConfig
+    upstream: UpstreamConfig
+    classifier: HttpClassifier  # the HTTP listener's own: the model server answers HTTP statuses
+
+    def classify(self, status: int) -> Outcome:
+        return self.classifier.response(status, (), 0.0)
+
+
+def compile_policy(s: Scenario, endpoints: list[str]) -> SidecarPolicy:
+    try:
+        cfg = load_dict(config_dict(s, endpoints), {})
+    except ConfigError as e:
+        raise ScenarioError([(f"sidecar.{p}" if p else "sidecar", m) for p, m in e.errors]) from None
+    pc = cfg.policies[POLICY]
+    return SidecarPolicy(
+        retry_policy(POLICY, pc), pc, cfg.upstreams[UPSTREAM], HttpClassifier.from_policy(pc)
+    )

@@ -1,0 +1,139 @@
+"""The des engine on small scenarios, in virtual time: invariants that hold whatever the numbers, and the
+behaviours the lab exists to show. Each run takes well under a second."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sidecar.config.presets import deep_merge
+from sidecar.simulate import des
+from sidecar.simulate.record import Record
+from sidecar.simulate.scenario import from_dict, load
+from sidecar.simulate.summary import amplification, summarize
+
+SMALL: dict[str, Any] = {
+    "name": "small",
+    "duration": "40s",
+    "warmup": "5s",
+    "clients": {"count": 200, "rate": 50, "timeout": "1s"},
+    "server": {"error_rate": 0.05},
+    "outage": {"start": "10s", "duration": "10s", "mode": "error"},
+    "sidecar": {"policy": {"extends": "http-default", "throttle": {"kind": "grpc", "max_tokens": 100}}},
+}
+
+
+def small(**changes: Any):  # noqa: ANN201
+    return from_dict(deep_merge(SMALL, changes))
+
+
+def totals(rec: Record) -> dict[str, int]:
+    return {k: sum(getattr(s, k) for s in rec.seconds) for k in ("offered", "ok", "failed", "attempts")}
+
+
+@pytest.mark.parametrize("strategy", ["fixed", "backoff", "sidecar"])
+@pytest.mark.parametrize("mode", ["error", "stop", "brownout"])
+def test_every_request_is_accounted_for(strategy: str, mode: str) -> None:
+    s = small(outage={"mode": mode})
+    rec = des.run(s, strategy)
+    t = totals(rec)
+    assert t["offered"] > 1000
+    assert t["offered"] == t["ok"] + t["failed"] + rec.unfinished
+    assert t["attempts"] >= t["offered"] - rec.unfinished
+
+
+@pytest.mark.parametrize("mode", ["error", "stop", "brownout"])
+def test_the_sidecar_never_exceeds_max_attempts(mode: str) -> None:
+    s = small(outage={"mode": mode}, sidecar={"policy": {"max_attempts": 4, "throttle": None}})
+    _, clients = des.simulate(s, "sidecar")
+    assert 2 <= clients.max_attempts_seen <= 4
+    if mode == "error":  # every attempt fails quickly: some requests use all four
+        assert clients.max_attempts_seen == 4
+
+
+def test_hedging_never_exceeds_its_max_attempts() -> None:
+    s = small(
+        server={"slow_fraction": 0.2, "error_rate": 0.2},
+        sidecar={"policy": {"hedging": {"max_attempts": 3, "delay": "20ms"}, "throttle": None}},
+    )
+    _, clients = des.simulate(s, "sidecar")
+    assert clients.max_attempts_seen == 3
+
+
+@pytest.mark.parametrize("strategy", ["fixed", "backoff"])
+def test_clients_stop_at_their_own_max_attempts(strategy: str) -> None:
+    _, clients = des.simulate(small(clients={"max_attempts": 5}), strategy)
+    assert clients.max_attempts_seen == 5
+
+
+def test_the_same_seed_gives_the_same_run_and_another_seed_another() -> None:
+    a = des.run(small(), "sidecar").to_json()
+    assert a == des.run(small(), "sidecar").to_json()
+    assert a != des.run(small(seed=2), "sidecar").to_json()
+
+
+def test_the_retry_budget_bites_during_a_full_outage() -> None:
+    """All attempts fail for 10 s: after the first moments, the bucket lets no retry through. Without it,
+    every request makes its three attempts."""
+    s = small(server={"error_rate": 0.0})
+    o = s.outage
+    assert o is not None
+    throttled = des.run(s, "sidecar")
+    assert amplification(throttled, o.start + 5, o.end) == pytest.approx(1.0)
+    unthrottled = des.run(
+        small(server={"error_rate": 0.0}, sidecar={"policy": {"throttle": None}}), "sidecar"
+    )
+    assert amplification(unthrottled, o.start + 5, o.end) == pytest.approx(3.0, abs=0.05)
+
+
+def test_flaky_answers_are_hidden_for_about_five_percent_more_attempts() -> None:
+    s = small(outage=None, duration="60s")
+    sm = summarize("sidecar", des.run(s, "sidecar"), s)
+    assert sm.success_rate is not None and sm.success_rate >= 0.999
+    assert sm.amplification is not None and 1.03 < sm.amplification < 1.08
+
+
+def test_a_stopped_server_answers_nothing_until_it_resumes() -> None:
+    s = small(outage={"mode": "stop"}, server={"error_rate": 0.0})
+    rec = des.run(s, "sidecar")
+    assert all(sec.ok == 0 for sec in rec.seconds[11:20])
+    assert rec.seconds[9].ok > 0 and sum(sec.ok for sec in rec.seconds[21:25]) > 0
+    # in flight is frozen while it is stopped (nothing comes in, nothing goes out)
+    assert len({sec.inflight for sec in rec.seconds[11:20]}) == 1
+
+
+def test_the_seed_crash_fixed_interval_never_recovers_and_the_sidecar_does() -> None:
+    """The article's result, in virtual time: the flood at resume plus fixed-interval retries keep the
+    server past the point where answers take longer than the clients wait."""
+    s = load("seed-crash", {"duration": "70s"})
+    fixed = summarize("fixed", des.run(s, "fixed"), s)
+    sidecar = summarize("sidecar", des.run(s, "sidecar"), s)
+    assert not fixed.recovered
+    assert sidecar.recovered and sidecar.recovery_s is not None and sidecar.recovery_s <= 5
+    assert sidecar.peak_inflight < fixed.peak_inflight / 10
+    assert sidecar.amplification_after == pytest.approx(1.0)
+
+
+def test_many_sidecars_each_have_their_own_budget() -> None:
+    """Spread over 50 sidecars, each bucket sees 1 request/s: it takes them longer to stop retrying."""
+    s = small(server={"error_rate": 0.0})
+    o = s.outage
+    assert o is not None
+    one = des.run(s, "sidecar")
+    many = des.run(small(server={"error_rate": 0.0}, sidecar={"instances": 50}), "sidecar")
+    first = (o.start, o.start + 3)
+    assert amplification(many, *first) > amplification(one, *first) + 0.5  # type: ignore[operator]
+
+
+def test_replicas_share_the_load_and_the_sidecar_balances_across_them() -> None:
+    """Three replicas: the sidecar's balancer (power of two choices) spreads attempts; the same invariants
+    hold, and with three times the capacity the peak in-flight stays below one replica's limit x 3."""
+    s = small(outage=None, server={"replicas": 3, "error_rate": 0.05})
+    rec, clients = des.simulate(s, "sidecar")
+    t = totals(rec)
+    assert t["offered"] == t["ok"] + t["failed"] + rec.unfinished
+    assert clients.max_attempts_seen <= 3
+    sent = clients.sidecars[0].servers.submitted
+    assert sum(sent) == t["attempts"] and all(n > 0.25 * t["attempts"] for n in sent)
+    assert max(sec.inflight for sec in rec.seconds) < 3 * s.server.concurrency_limit
