@@ -34,14 +34,21 @@ class UpstreamRuntime:
         self.balancer = Balancer(config.endpoints, cooldown=config.overload_cooldown)
         self._telemetry = telemetry
         self._throttles: dict[ThrottleSpec, Throttle] = {}
+        self._by_id: dict[int, tuple[ThrottleSpec, Throttle]] = {}  # hashing a spec costs a Python call
 
     def throttle(self, spec: ThrottleSpec | None) -> Throttle | None:
+        """The upstream's budget for ``spec``: one per distinct throttle setting, shared by every policy
+        that has it."""
         if spec is None:
             return None
+        known = self._by_id.get(id(spec))
+        if known is not None and known[0] is spec:
+            return known[1]
         bucket = self._throttles.get(spec)
         if bucket is None:
             bucket = self._throttles[spec] = make_throttle(spec)
             self._telemetry.metrics.watch_throttle(self.name, spec.kind.value, bucket)
+        self._by_id[id(spec)] = (spec, bucket)
         return bucket
 
 

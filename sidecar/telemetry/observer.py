@@ -26,6 +26,7 @@ from .metrics import Meters, Metrics
 from .tracing import PROPAGATOR, make_provider, tracer
 
 _EMPTY: Mapping[str, str] = {}
+_NO_SPANS: dict[int, Any] = {}  # shared and never written: only a traced request keeps attempt spans
 _RETRIES = (Reason.RETRY, Reason.TRANSPARENT_RETRY)
 
 
@@ -96,11 +97,12 @@ class RequestObserver:
         self.last_delay = 0.0
         self.ended = False
         self.reason: Reason | None = None
-        self.attempt_spans: dict[int, Any] = {}
-        self.attempt_attrs: dict[str, Any] = dict(attributes) if attributes else {}
+        self.attempt_spans: dict[int, Any] = _NO_SPANS
+        self.attempt_attrs: Mapping[str, Any] = attributes or _EMPTY
         self.attempt_name = attempt_name or name
         self.span = None
         if t.tracer is not None:
+            self.attempt_spans = {}
             ctx = PROPAGATOR.extract(parent) if parent else None
             attrs = dict(self.attempt_attrs)
             attrs["sidecar.listener"] = listener
@@ -135,10 +137,10 @@ class RequestObserver:
         self.ended = True
         self.meters.listener.inflight -= 1
         self.meters.duration.observe(time.perf_counter() - self.started)
-        for span in self.attempt_spans.values():
-            span.end()
-        self.attempt_spans.clear()
         if self.span is not None:
+            for span in self.attempt_spans.values():
+                span.end()
+            self.attempt_spans.clear()
             if error is not None:
                 self.span.set_status(Status(StatusCode.ERROR, error))
             self.span.end()
@@ -183,7 +185,7 @@ class RequestObserver:
         return carrier
 
     def attempt_ended(self, attempt: int, outcome: Outcome) -> None:
-        self.meters.attempt(outcome.cls.value)
+        self.meters.attempt(outcome.cls)
         span = self.attempt_spans.get(attempt)
         if span is not None:
             span.set_attribute("sidecar.outcome", outcome.cls.value)
@@ -199,7 +201,7 @@ class RequestObserver:
         if cmd.reason is Reason.DEADLINE:
             self.meters.cancelled_by_deadline += 1
         if cmd.reason is Reason.PER_TRY_TIMEOUT:
-            self.meters.attempt(OutcomeClass.TIMEOUT.value)  # its Decision follows
+            self.meters.attempt(OutcomeClass.TIMEOUT)  # its Decision follows
         else:
             self.meters.attempt("cancelled")
         span = self.attempt_spans.get(cmd.attempt)
@@ -215,7 +217,7 @@ class RequestObserver:
 
     def decision(self, d: Decision) -> None:
         if d.reason in _RETRIES:
-            self.meters.retry(d.outcome.value)
+            self.meters.retry(d.outcome)
         self.last_delay = d.delay
         span = self.attempt_spans.pop(d.attempt, None)
         if span is not None:
@@ -228,9 +230,9 @@ class RequestObserver:
         reason = f.reason
         self.reason = reason
         m = self.meters
-        m.request(reason.value)
+        m.request(reason)
         if reason in GIVE_UPS:
-            m.give_up(reason.value)
+            m.give_up(reason)
         if reason is Reason.THROTTLED:
             m.throttled += 1
         elif reason is Reason.DEADLINE:
