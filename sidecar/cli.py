@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -158,6 +159,9 @@ def _run(coro, use_uvloop: bool) -> None:  # noqa: ANN001
 
 
 def main() -> None:
+    # gRPC's C core logs connection churn (GOAWAY at shutdown) at INFO on stderr; keep its errors only,
+    # unless the user asked for more.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     app()
 
 
