@@ -15,12 +15,36 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
 import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    """Wait until something listens on ``port``; fail with ``proc``'s last words if it exits first."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+            raise RuntimeError(f"{proc.args} exited: {err}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
 
 
 def machine() -> dict[str, Any]:

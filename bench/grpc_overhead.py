@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,29 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import free_port, wait_port
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "grpc.json"
 PY = sys.executable
 KEYS = ("calls_per_s", "p50_ms", "p99_ms", "serial_p50_ms")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited: {proc.stderr.read().decode(errors='replace')[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port}")
 
 
 def pinned(cpu: int) -> list[str]:

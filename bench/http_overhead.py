@@ -21,36 +21,17 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from common import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "http.json"
 PACE_LUA = "function delay()\n  return 10\nend\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited: {proc.stderr.read().decode(errors='replace')[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port}")
 
 
 def nginx_conf(tmp: Path, port: int) -> Path:
@@ -112,7 +93,9 @@ listeners:
 
 
 def start(cmd: list[str], cpu: int, **kw) -> subprocess.Popen:  # noqa: ANN003
-    return subprocess.Popen(["taskset", "-c", str(cpu), *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+    return subprocess.Popen(
+        ["taskset", "-c", str(cpu), *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw
+    )
 
 
 def stop(p: subprocess.Popen) -> None:
@@ -129,13 +112,20 @@ def wrk(port: int, duration: float, connections: int, script: Path | None = None
     cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{duration:g}s", "--latency"]
     if script is not None:
         cmd += ["-s", str(script)]
-    out = subprocess.run([*cmd, f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [*cmd, f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True
+    ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     lat = {q: _ms(re.search(rf"^\s+{q}%\s+(\S+)", out, re.M).group(1)) for q in ("50", "99")}
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     sock = re.search(r"Socket errors: (.*)", out)
-    return {"rps": rps, "p50_ms": lat["50"], "p99_ms": lat["99"], "non2xx": int(errors.group(1)) if errors else 0,
-            "socket_errors": sock.group(1) if sock else ""}
+    return {
+        "rps": rps,
+        "p50_ms": lat["50"],
+        "p99_ms": lat["99"],
+        "non2xx": int(errors.group(1)) if errors else 0,
+        "socket_errors": sock.group(1) if sock else "",
+    }
 
 
 def _ms(v: str) -> float:
@@ -178,10 +168,23 @@ def main() -> int:
         try:
             procs.append(start(["nginx", "-c", str(nginx_conf(tmp, ports["direct"]))], 1))
             wait_port(ports["direct"], procs[-1])
-            procs.append(start(["haproxy", "-f", str(haproxy_conf(tmp, ports["haproxy"], ports["direct"]))], 0))
+            procs.append(
+                start(["haproxy", "-f", str(haproxy_conf(tmp, ports["haproxy"], ports["direct"]))], 0)
+            )
             wait_port(ports["haproxy"], procs[-1])
             env = {**os.environ, "PYTHONOPTIMIZE": "1"}
-            sidecar = start([sidecar_bin, "run", "-c", str(sidecar_conf(tmp, ports["sidecar"], ports["direct"])), "--log-level", "warning"], 0, env=env)
+            sidecar = start(
+                [
+                    sidecar_bin,
+                    "run",
+                    "-c",
+                    str(sidecar_conf(tmp, ports["sidecar"], ports["direct"])),
+                    "--log-level",
+                    "warning",
+                ],
+                0,
+                env=env,
+            )
             procs.append(sidecar)
             wait_port(ports["sidecar"], sidecar)
             pace = tmp / "pace.lua"
@@ -193,11 +196,17 @@ def main() -> int:
                 for name, port in ports.items():
                     r = wrk(port, args.duration, args.connections)
                     runs[name]["throughput"].append(r)
-                    print(f"run {i + 1} {name:8} throughput {r['rps']:9.0f} req/s  p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms", flush=True)
+                    print(
+                        f"run {i + 1} {name:8} throughput {r['rps']:9.0f} req/s  p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms",
+                        flush=True,
+                    )
                 for name, port in ports.items():
                     r = wrk(port, args.duration, 10, pace)
                     runs[name]["paced"].append(r)
-                    print(f"run {i + 1} {name:8} paced      {r['rps']:9.0f} req/s  p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms", flush=True)
+                    print(
+                        f"run {i + 1} {name:8} paced      {r['rps']:9.0f} req/s  p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms",
+                        flush=True,
+                    )
             rss = rss_peak_mb(child_pid(sidecar))
         finally:
             for p in reversed(procs):
@@ -211,7 +220,12 @@ def main() -> int:
 
 
 def summarize(runs: dict, rss: float, args: argparse.Namespace) -> dict:
-    out: dict = {"runs": args.runs, "duration_s": args.duration, "connections": args.connections, "targets": {}}
+    out: dict = {
+        "runs": args.runs,
+        "duration_s": args.duration,
+        "connections": args.connections,
+        "targets": {},
+    }
     for name, r in runs.items():
         tp = [x["rps"] for x in r["throughput"]]
         out["targets"][name] = {
@@ -237,10 +251,14 @@ def summarize(runs: dict, rss: float, args: argparse.Namespace) -> dict:
 
 
 def print_table(s: dict) -> None:
-    print(f"\n{'target':10} {'req/s (median, min-max)':>28} {'p50 ms':>8} {'p99 ms':>8} {'@1k p50':>9} {'@1k p99':>9}")
+    print(
+        f"\n{'target':10} {'req/s (median, min-max)':>28} {'p50 ms':>8} {'p99 ms':>8} {'@1k p50':>9} {'@1k p99':>9}"
+    )
     for name, t in s["targets"].items():
         rng = f"{t['rps_median']:.0f} ({t['rps_min']:.0f}-{t['rps_max']:.0f})"
-        print(f"{name:10} {rng:>28} {t['p50_ms_at_c']:8.3f} {t['p99_ms_at_c']:8.3f} {t['paced_p50_ms']:9.3f} {t['paced_p99_ms']:9.3f}")
+        print(
+            f"{name:10} {rng:>28} {t['p50_ms_at_c']:8.3f} {t['p99_ms_at_c']:8.3f} {t['paced_p50_ms']:9.3f} {t['paced_p99_ms']:9.3f}"
+        )
     print(
         f"sidecar/HAProxy throughput {100 * s['sidecar_vs_haproxy']:.0f}%; added p50 at ~1k req/s: sidecar "
         f"{s['sidecar_added_p50_ms_at_1k']:.3f} ms, HAProxy {s['haproxy_added_p50_ms_at_1k']:.3f} ms; "

@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,29 +26,11 @@ import time
 from pathlib import Path
 
 import pymongo
+from common import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "mongo.json"
 OPTIONS = "retryReads=false&retryWrites=false&maxAdaptiveRetries=0"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited: {proc.stderr.read().decode(errors='replace')[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port}")
 
 
 def start(args: list[str], port: int) -> subprocess.Popen:
