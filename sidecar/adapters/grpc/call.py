@@ -126,6 +126,16 @@ class Attempter:
             if writer is not None and not writer.done():
                 writer.cancel()
 
+    async def _respond(self, call: Any, ctx: AttemptContext, initial: Any, n: int) -> AttemptResult | None:
+        """This attempt has something for the client: claim the response (the first attempt to do so wins,
+        A6's commit) and send its headers. ``None`` when it may go on; else the attempt's end."""
+        if not self.down.claim(ctx):
+            call.cancel()
+            return _LOST
+        if not await self._pass(self.down.send_headers(initial, n), call):
+            return _CLIENT_GONE
+        return None
+
     async def _receive(
         self, call: Any, cmd: SendAttempt, ctx: AttemptContext, had_deadline: bool, first_status: list | None
     ) -> AttemptResult:
@@ -133,12 +143,10 @@ class Attempter:
         responded = False
         initial = await call.initial_metadata()
         if initial:
-            if not self.down.claim(ctx):
-                call.cancel()
-                return _LOST
+            lost = await self._respond(call, ctx, initial, n)
+            if lost is not None:
+                return lost
             responded = True
-            if not await self._pass(self.down.send_headers(initial, n), call):
-                return _CLIENT_GONE
         while True:
             try:
                 msg = await call.read()
@@ -149,12 +157,10 @@ class Attempter:
             if msg is EOF:
                 break
             if not responded:
-                if not self.down.claim(ctx):
-                    call.cancel()
-                    return _LOST
+                lost = await self._respond(call, ctx, initial, n)
+                if lost is not None:
+                    return lost
                 responded = True
-                if not await self._pass(self.down.send_headers(initial, n), call):
-                    return _CLIENT_GONE
             if not await self._pass(self.down.write(msg), call):
                 return _CLIENT_GONE
         if first_status:
