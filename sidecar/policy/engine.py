@@ -250,7 +250,8 @@ class Call:
             if a.whole:
                 upstream_deadline = True
             cls = C.TIMEOUT
-        if cls is C.OVERLOADED:
+        overloaded = cls is C.OVERLOADED or outcome.overload
+        if overloaded:
             self.picker.penalize(a.endpoint, now)
             if policy.deprioritize_overloaded:
                 self.deprioritized.add(a.endpoint)
@@ -275,7 +276,7 @@ class Call:
             and now < self.deadline
             and not (pushback is not None and pushback.stop)
         )
-        self._account(n, cls, pushback is not None and pushback.stop, transparent)
+        self._account(n, cls, pushback is not None and pushback.stop, transparent, overloaded)
 
         def decide(reason: Reason, delay: float = 0.0) -> None:
             out.append(Decision(n, a.endpoint, cls, reason, delay))
@@ -412,7 +413,9 @@ class Call:
         out.append(SendAttempt(n, endpoint, timeout, whole, hedge))
         return True
 
-    def _account(self, n: int, cls: OutcomeClass, pushback_stop: bool, transparent: bool) -> None:
+    def _account(
+        self, n: int, cls: OutcomeClass, pushback_stop: bool, transparent: bool, overloaded: bool
+    ) -> None:
         throttle = self.throttle
         if throttle is None:
             return
@@ -422,7 +425,7 @@ class Call:
             return
         failed_class = self.hedging.non_fatal if self.hedging is not None else self.policy.retry_on
         counted = (cls in failed_class or pushback_stop) and not transparent
-        throttle.on_failure(retry, counted, cls is C.OVERLOADED)
+        throttle.on_failure(retry, counted, overloaded)
 
     def _cancel(self, a: _Attempt, reason: Reason, out: list[Command]) -> None:
         a.done = True

@@ -43,6 +43,9 @@ class Outcome(NamedTuple):
     rest of this request (MongoDB's ``baseBackoffMS``).
     ``prefer_previous``: should this outcome end the request, deliver the previous attempt's response
     instead (MongoDB's ``NoWritesPerformed``: the earlier error says more).
+    ``overload``: the upstream signalled overload although the class says otherwise (a MongoDB error
+    labelled ``SystemOverloadedError`` that is not retryable, a connection refused by an ingress rate
+    limiter): the endpoint is avoided as for ``overloaded`` and the ``mongodb`` bucket refunds nothing.
     ``detail``: a short protocol-level label for telemetry only ("503", "UNAVAILABLE", "code 462").
     """
 
@@ -52,6 +55,7 @@ class Outcome(NamedTuple):
     backoff_base: float | None = None
     prefer_previous: bool = False
     detail: str = ""
+    overload: bool = False
 
     @property
     def ok(self) -> bool:

@@ -85,10 +85,9 @@ def test_classification() -> None:
     assert classify_reply(raw({"ok": 1}), find, False).cls is C.SUCCESS
     o = classify_reply(raw({**OVERLOAD, "baseBackoffMS": 250}), generic, False)
     assert o.cls is C.OVERLOADED and o.backoff_base == 0.25
-    assert (
-        classify_reply(raw({"ok": 0, "code": 2, "errorLabels": ["SystemOverloadedError"]}), find, False).cls
-        is C.FATAL
-    )
+    lone = classify_reply(raw({"ok": 0, "code": 2, "errorLabels": ["SystemOverloadedError"]}), find, False)
+    assert lone.cls is C.FATAL and lone.overload  # not retried, but the server said it is overloaded
+    assert not classify_reply(raw({"ok": 0, "code": 2}), find, False).overload
     assert (
         classify_reply(raw({"ok": 0, "code": 1, "errorLabels": ["RetryableError"]}), generic, False).cls
         is C.UNAVAILABLE
@@ -106,7 +105,8 @@ def test_classification() -> None:
 
 def test_failures_without_a_reply() -> None:
     find, generic = cmd({"find": "c"}), cmd({"dbStats": 1})
-    assert classify_failure(Failure("connect", "refused"), generic).cls is C.CONNECT_FAILURE
+    refused = classify_failure(Failure("connect", "refused"), generic)
+    assert refused.cls is C.CONNECT_FAILURE and refused.overload  # as drivers label it
     assert classify_failure(Failure("network", "reset"), find).cls is C.RESET
     assert classify_failure(Failure("network", "reset"), generic).cls is C.FATAL  # it may have run
     assert classify_failure(Failure("auth", "bad password"), find).cls is C.FATAL

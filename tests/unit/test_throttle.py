@@ -7,6 +7,7 @@ from sidecar.policy import (
     GrpcThrottle,
     Jitter,
     MongoThrottle,
+    Outcome,
     OutcomeClass,
     Reason,
     RetryPolicy,
@@ -176,3 +177,16 @@ def test_transparent_retry_earns_no_mongo_refund():
     d = run(make_call(policy, throttle=bucket), [CONNECT, OK])
     assert d.decisions[0].reason is Reason.TRANSPARENT_RETRY
     assert bucket.tokens == pytest.approx(500.1, abs=1e-9)  # as for any success nobody paid a retry for
+
+
+def test_an_overload_signal_on_another_class_earns_no_mongo_refund():
+    # A SystemOverloadedError that is not retryable (fatal), or a connection an ingress limiter refused:
+    # the spec deposits 1 only for failures without the overload label.
+    bucket = make_throttle(MONGO)
+    bucket.tokens = 500.0
+    policy = RetryPolicy(max_attempts=3, throttle=MONGO, backoff=QUICK)
+    overloaded_refusal = Outcome(OutcomeClass.CONNECT_FAILURE, overload=True)
+    lone_label = Outcome(OutcomeClass.FATAL, overload=True)
+    d = run(make_call(policy, throttle=bucket), [UNAVAILABLE, overloaded_refusal, lone_label])
+    assert d.finish.reason is Reason.NOT_RETRYABLE and d.finish.attempts == 3
+    assert bucket.tokens == pytest.approx(498.0, abs=1e-9)  # two retries paid, nothing refunded

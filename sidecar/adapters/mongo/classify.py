@@ -95,12 +95,16 @@ def classify_reply(doc: Mapping[str, Any], cmd: Command, max_time_sent: bool) ->
         )
     if retryable or classic:
         return Outcome(C.UNAVAILABLE, prefer_previous=prefer_previous, detail=detail)
-    return Outcome(C.FATAL, prefer_previous=prefer_previous, detail=detail)
+    return Outcome(
+        C.FATAL, prefer_previous=prefer_previous, detail=detail, overload=OVERLOADED_LABEL in labels
+    )
 
 
 def classify_failure(failure: Failure, cmd: Command) -> Outcome:
     if failure.stage == "connect":
-        return Outcome(C.CONNECT_FAILURE, detail=f"connect: {failure.message}")
+        # Drivers label a refused or dropped connection attempt SystemOverloadedError (an ingress
+        # connection rate limiter closes it before the handshake): the same here.
+        return Outcome(C.CONNECT_FAILURE, detail=f"connect: {failure.message}", overload=True)
     if failure.stage == "auth":
         return Outcome(C.FATAL, detail=f"auth: {failure.message}")
     if cmd.retryable_read or cmd.retryable_write:
