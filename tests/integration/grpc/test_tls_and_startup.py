@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,37 +11,13 @@ from sidecar.app import App
 from sidecar.config import load_dict
 from sidecar.testing.grpc_upstream import GrpcUpstream
 
+from ..tls import self_signed
 from .conftest import config, sidecar
 
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
-    d = tmp_path_factory.mktemp("tls")
-    key, crt = d / "key.pem", d / "cert.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            str(key),
-            "-out",
-            str(crt),
-            "-days",
-            "2",
-            "-subj",
-            "/CN=upstream.test",
-            "-addext",
-            "subjectAltName=DNS:upstream.test",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    crt, key = self_signed(tmp_path_factory.mktemp("tls"), "upstream.test", "DNS:upstream.test")
     return key, crt
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import ssl
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from pymongo.errors import OperationFailure
 
 from sidecar.testing.mongo import MongoTestServer
 
+from ..tls import self_signed
 from .conftest import config, in_thread, sidecar
 
 SECRET = "s3cr3t-Pa55,word="
@@ -55,31 +55,7 @@ async def test_wrong_credentials_reach_the_app_as_a_clear_error(caplog: pytest.L
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    d = tmp_path_factory.mktemp("tls")
-    cert, key = d / "cert.pem", d / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
+    return self_signed(tmp_path_factory.mktemp("tls"), "localhost", "IP:127.0.0.1,DNS:localhost")
 
 
 async def test_tls_to_the_upstream_verified_against_a_ca_file(certificate: tuple[Path, Path]) -> None:
