@@ -10,6 +10,7 @@ from typing import Any
 import pymongo
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pymongo.errors import OperationFailure
 
 from sidecar.app import App
 from sidecar.config import load_dict
@@ -57,6 +58,18 @@ class Sidecar:
 
     def client(self, options: str = NO_DRIVER_RETRIES, **kwargs: Any) -> pymongo.MongoClient:
         return pymongo.MongoClient(self.uri(options), serverSelectionTimeoutMS=5000, **kwargs)
+
+    async def failure(
+        self, op: Callable[[pymongo.MongoClient], Any], options: str = NO_DRIVER_RETRIES
+    ) -> pytest.ExceptionInfo[OperationFailure]:
+        """Run ``op`` with a fresh client (off the event loop); it must fail. Returns what the app got."""
+        client = self.client(options)
+        try:
+            with pytest.raises(OperationFailure) as e:
+                await in_thread(lambda: op(client))
+        finally:
+            await in_thread(client.close)
+        return e
 
 
 @contextlib.asynccontextmanager

@@ -74,11 +74,6 @@ async def test_a_backoff_that_would_cross_the_deadline_returns_the_current_error
     # j = 1: the first wait would be 100 ms, the deadline is 50 ms away
     async with MongoTestServer("mongos") as up, sidecar(config([up.endpoint]), rand=lambda: 1.0) as sc:
         up.fail_command(["find"], **OVERLOAD)
-        client = sc.client()
-        try:
-            with pytest.raises(OperationFailure) as e:
-                await in_thread(lambda: client.test.c.find_one({}, max_time_ms=50))
-        finally:
-            await in_thread(client.close)
+        e = await sc.failure(lambda client: client.test.c.find_one({}, max_time_ms=50))
     assert up.count("find") == 1
     assert e.value.code == 462

@@ -58,12 +58,7 @@ async def test_async_pymongo_gets_one_answer_after_two_overloads() -> None:
 async def test_overloaded_on_every_attempt_gives_six_attempts_and_an_error_without_retryable_label() -> None:
     async with MongoTestServer("mongos") as up, sidecar(config([up.endpoint])) as sc:
         up.fail_command(["find"], **OVERLOAD)
-        client = sc.client()
-        try:
-            with pytest.raises(OperationFailure) as e:
-                await in_thread(lambda: client.test.c.find_one())
-        finally:
-            await in_thread(client.close)
+        e = await sc.failure(lambda client: client.test.c.find_one())
         assert up.count("find") == 6
         assert e.value.code == 462
         assert e.value.has_error_label("SystemOverloadedError")
@@ -76,12 +71,7 @@ async def test_final_error_labels_keep_leaves_the_labels() -> None:
         cfg["upstreams"]["db"]["endpoints"] = [up.endpoint]
         async with sidecar(cfg) as sc:
             up.fail_command(["find"], **OVERLOAD)
-            client = sc.client()
-            try:
-                with pytest.raises(OperationFailure) as e:
-                    await in_thread(lambda: client.test.c.find_one())
-            finally:
-                await in_thread(client.close)
+            e = await sc.failure(lambda client: client.test.c.find_one())
     assert up.count("find") == 2
     assert e.value.has_error_label("RetryableError")
 
@@ -104,12 +94,7 @@ async def test_a_backpressure_aware_driver_with_its_defaults_does_not_multiply_a
 async def test_a_non_retryable_error_goes_back_unchanged_after_one_attempt() -> None:
     async with MongoTestServer("mongos") as up, sidecar(config([up.endpoint])) as sc:
         up.fail_command(["find"], error_code=2, error_labels=["SystemOverloadedError"])  # no RetryableError
-        client = sc.client()
-        try:
-            with pytest.raises(OperationFailure) as e:
-                await in_thread(lambda: client.test.c.find_one())
-        finally:
-            await in_thread(client.close)
+        e = await sc.failure(lambda client: client.test.c.find_one())
         assert up.count("find") == 1 and e.value.code == 2
 
 
@@ -117,12 +102,7 @@ async def test_a_bucket_of_two_tokens_allows_two_retries() -> None:
     policy = {"throttle": {"kind": "mongodb", "capacity": 2}}
     async with MongoTestServer("mongos") as up, sidecar(config([up.endpoint], policy)) as sc:
         up.fail_command(["find"], **OVERLOAD)
-        client = sc.client()
-        try:
-            with pytest.raises(OperationFailure):
-                await in_thread(lambda: client.test.c.find_one())
-        finally:
-            await in_thread(client.close)
+        await sc.failure(lambda client: client.test.c.find_one())
         assert up.count("find") == 3
 
 
@@ -184,12 +164,7 @@ async def test_no_writes_performed_on_the_retry_returns_the_earlier_error() -> N
     ):
         a.fail_command(["insert"], **OVERLOAD)
         b.fail_command(["insert"], error_code=91, error_labels=["NoWritesPerformed"])
-        client = sc.client()
-        try:
-            with pytest.raises(OperationFailure) as e:
-                await in_thread(lambda: client.test.c.insert_one({"a": 1}))
-        finally:
-            await in_thread(client.close)
+        e = await sc.failure(lambda client: client.test.c.insert_one({"a": 1}))
         assert a.count("insert") == 1 and b.count("insert") == 1
         assert e.value.code == 462  # the first error, not the NoWritesPerformed one
 

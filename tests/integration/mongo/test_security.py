@@ -7,7 +7,6 @@ import ssl
 from pathlib import Path
 
 import pytest
-from pymongo.errors import OperationFailure
 
 from sidecar.testing.mongo import MongoTestServer
 
@@ -42,12 +41,7 @@ async def test_wrong_credentials_reach_the_app_as_a_clear_error(caplog: pytest.L
     async with MongoTestServer("mongos", users={"app": SECRET}) as up:
         with caplog.at_level(logging.DEBUG):
             async with sidecar(config([up.endpoint], upstream={"auth": auth})) as sc:
-                client = sc.client()
-                try:
-                    with pytest.raises(OperationFailure) as e:
-                        await in_thread(lambda: client.test.c.find_one())
-                finally:
-                    await in_thread(client.close)
+                e = await sc.failure(lambda client: client.test.c.find_one())
     assert e.value.code == 18 and "upstream 'db'" in str(e.value)
     assert up.count("find") == 0
     assert "wrong-password" not in caplog.text and "wrong-password" not in str(e.value)
@@ -82,12 +76,7 @@ async def test_tls_with_an_unknown_ca_fails_as_a_connect_failure(certificate: tu
         MongoTestServer("mongos", ssl_context=ctx) as up,
         sidecar(config([up.endpoint], upstream={"tls": {}})) as sc,
     ):  # system CAs only
-        client = sc.client()
-        try:
-            with pytest.raises(OperationFailure) as e:
-                await in_thread(lambda: client.test.c.find_one())
-        finally:
-            await in_thread(client.close)
+        e = await sc.failure(lambda client: client.test.c.find_one())
     assert e.value.code == 133 and "CERTIFICATE_VERIFY_FAILED" in str(e.value)
     assert up.count("find") == 0
 
