@@ -22,7 +22,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from .policy import (
     CLIENT_GONE,
@@ -213,37 +213,39 @@ class Driver:
             return
         self._running = True
         try:
-            self._step(event, now)
+            over = self._step(event, now)
             queue = self._queue
-            while queue and self.finish is None:
-                self._step(*queue.popleft())
+            while queue and not over:
+                over = self._step(*queue.popleft())
         finally:
             self._running = False
-        if self.finish is not None:
+        if over:
             self._finished()
 
     # -- commands out ----------------------------------------------------------------------------------
-    def _step(self, event: Event, now: float | None) -> None:
+    def _step(self, event: Event, now: float | None) -> bool:
+        """Carry out the commands for ``event``; whether the call finished."""
         cmds = self.call.handle(event, self.loop.time() if now is None else now)
         obs = self.observer
+        over = False
+        c: Any  # commands are told apart by exact type (a NamedTuple each)
         for c in cmds:
             t = type(c)
             if t is SendAttempt:
-                send = cast(SendAttempt, c)
-                self.live.add(send.attempt)
-                ctx = AttemptContext(send, obs.attempt_started(send), self)
+                self.live.add(c.attempt)
+                ctx = AttemptContext(c, obs.attempt_started(c), self)
                 try:
-                    self.attempter.start(send, ctx)
+                    self.attempter.start(c, ctx)
                 except Exception as e:  # an adapter bug: a fatal outcome, never a hung request
-                    ctx.done(_bug(send, e))
+                    ctx.done(_bug(c, e))
             elif t is Wake:
-                self._arm(cast(Wake, c).at)
+                if c.at != self._armed:
+                    self._arm(c.at)
             elif t is Decision:
-                obs.decision(cast(Decision, c))
+                obs.decision(c)
             elif t is CancelAttempt:
-                cancel = cast(CancelAttempt, c)
-                obs.attempt_cancelled(cancel)
-                n = cancel.attempt
+                obs.attempt_cancelled(c)
+                n = c.attempt
                 if n in self.live:
                     self.live.discard(n)
                     self.attempter.cancel(n)
@@ -251,9 +253,10 @@ class Driver:
                 if payload is not None:
                     self._discard(payload)
             elif t is Finish:
-                finish = cast(Finish, c)
-                self.finish = finish
-                obs.finished(finish)
+                self.finish = c
+                obs.finished(c)
+                over = True
+        return over
 
     def _arm(self, at: float) -> None:
         if at == self._armed:
@@ -274,15 +277,18 @@ class Driver:
         if self._timer is not None:
             self.timers.cancel(self._timer)
             self._timer = None
-        for n in list(self.live):  # the engine cancels what is in flight; this only guards adapter bugs
-            self.attempter.cancel(n)
-        self.live.clear()
+        if self.live:  # the engine cancels what is in flight; this only guards adapter bugs
+            for n in list(self.live):
+                self.attempter.cancel(n)
+            self.live.clear()
         f = self.finish
         assert f is not None
-        payload = self.payloads.pop(f.attempt, None) if f.attempt is not None else None
-        for p in self.payloads.values():
-            self._discard(p)
-        self.payloads.clear()
+        payloads = self.payloads
+        payload = payloads.pop(f.attempt, None) if f.attempt is not None else None
+        if payloads:
+            for p in payloads.values():
+                self._discard(p)
+            payloads.clear()
         self.on_finish(Delivery(f, payload))
 
     def _discard(self, payload: Any) -> None:

@@ -15,20 +15,16 @@ import heapq
 import math
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 _INF = math.inf
 
 
-class TimerEntry:
-    __slots__ = ("when", "seq", "callback")
+#: ``[when, seq, callback]``: a list, so that the heap compares entries in C (a class with ``__lt__`` costs a
+#: Python call per comparison); ``callback`` is ``None`` once the entry fired or was cancelled.
+TimerEntry = list[Any]
 
-    def __init__(self, when: float, seq: int, callback: Callable[[], object] | None) -> None:
-        self.when = when
-        self.seq = seq
-        self.callback = callback
-
-    def __lt__(self, other: TimerEntry) -> bool:
-        return (self.when, self.seq) < (other.when, other.seq)
+_WHEN, _SEQ, _CALLBACK = 0, 1, 2
 
 
 class Timers:
@@ -45,19 +41,19 @@ class Timers:
     def call_at(self, when: float, callback: Callable[[], object]) -> TimerEntry:
         """Run ``callback`` at loop time ``when`` (or soon after), unless cancelled first."""
         self._seq += 1
-        entry = TimerEntry(when, self._seq, callback)
+        entry = [when, self._seq, callback]
         heapq.heappush(self._heap, entry)
         if when < self._armed_at:
             self._arm(when)
         return entry
 
     def cancel(self, entry: TimerEntry) -> None:
-        if entry.callback is None:
+        if entry[_CALLBACK] is None:
             return
-        entry.callback = None
+        entry[_CALLBACK] = None
         self._dead += 1
         if self._dead > 64 and self._dead * 2 > len(self._heap):
-            self._heap = [e for e in self._heap if e.callback is not None]
+            self._heap = [e for e in self._heap if e[_CALLBACK] is not None]
             heapq.heapify(self._heap)
             self._dead = 0
 
@@ -77,18 +73,19 @@ class Timers:
         # Loop timers may fire up to a clock tick early; treat what is due within 1 ms as due.
         now = self.loop.time() + 0.001
         due: list[Callable[[], object]] = []
-        while heap and heap[0].when <= now:
+        while heap and heap[0][_WHEN] <= now:
             entry = heapq.heappop(heap)
-            if entry.callback is None:
+            cb = entry[_CALLBACK]
+            if cb is None:
                 self._dead -= 1
             else:
-                due.append(entry.callback)
-                entry.callback = None
-        while heap and heap[0].callback is None:
+                due.append(cb)
+                entry[_CALLBACK] = None
+        while heap and heap[0][_CALLBACK] is None:
             heapq.heappop(heap)
             self._dead -= 1
         if heap:
-            self._arm(heap[0].when)
+            self._arm(heap[0][_WHEN])
         for cb in due:
             cb()
 

@@ -52,7 +52,7 @@ class Exchange(Protocol):
     def on_gone(self, error: UpstreamGone) -> None: ...
 
 
-class UpstreamConnection(asyncio.Protocol):
+class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class compiles native)
     __slots__ = (
         "pool",
         "transport",

@@ -37,7 +37,7 @@ class _HeadTooLarge(Exception):
     pass
 
 
-class ServerConnection(asyncio.Protocol):
+class ServerConnection:  # an asyncio.Protocol by its methods (a plain class compiles native)
     __slots__ = (
         "listener",
         "loop",
@@ -62,7 +62,9 @@ class ServerConnection(asyncio.Protocol):
 
     def __init__(self, listener: HttpListener) -> None:
         self.listener = listener
-        self.loop = listener.loop
+        loop = listener.loop
+        assert loop is not None  # connections come once the listener started
+        self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.current: IncomingRequest | None = None  # being parsed
@@ -174,7 +176,8 @@ class ServerConnection(asyncio.Protocol):
         req = self.current
         assert req is not None
         p = self.parser
-        req.method = p.get_method()
+        req.method = method = p.get_method()
+        req.head_request = method == b"HEAD"
         req.version = p.get_http_version()
         req.keep_alive = p.should_keep_alive()
         length: int | None = 0
@@ -297,7 +300,7 @@ class ServerConnection(asyncio.Protocol):
                 self.close()
         finally:
             self.in_next = False
-        if not self.busy:
+        if not self.busy and self.listener.drained is not None:
             self.listener.connection_idle(self)
 
     def request_done(self, req: IncomingRequest) -> None:
@@ -309,14 +312,18 @@ class ServerConnection(asyncio.Protocol):
         if queue and queue[0] is req:
             queue.popleft()
         self.busy = False
-        if len(queue) <= PIPELINE_DEPTH:
+        if self.read_paused_by and len(queue) <= PIPELINE_DEPTH:
             self.resume_for("pipeline")
-        if not self.keep_alive_after(req):
+        body = req.body
+        if not req.keep_alive or self.closing or not (body is None or body.complete):  # keep_alive_after
             self.close()
             self.listener.connection_idle(self)
             return
         self.last_activity = self.loop.time()
-        self._next()
+        if queue:
+            self._next()  # a pipelined request was waiting
+        elif self.listener.drained is not None:
+            self.listener.connection_idle(self)
 
     def abort_request(self, req: IncomingRequest) -> None:
         """Something went wrong answering ``req``: drop the connection (its client sees it closed)."""
@@ -326,7 +333,8 @@ class ServerConnection(asyncio.Protocol):
 
     def keep_alive_after(self, req: IncomingRequest) -> bool:
         """May this connection carry another request after ``req``'s answer?"""
-        return req.keep_alive and not self.closing and req.body_complete
+        body = req.body
+        return req.keep_alive and not self.closing and (body is None or body.complete)
 
     def write(self, data: bytes) -> None:
         if not self.closed:

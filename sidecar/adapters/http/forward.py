@@ -12,8 +12,9 @@ brought the last event; the connection hears ``request_done`` once the answer is
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httptools
 
@@ -22,7 +23,7 @@ from ...policy.deadline import parse_timeout_ms
 from ...runtime import Delivery, Driver
 from ...services import Services
 from ...telemetry import RequestObserver
-from ...timers import timers_for
+from ...timers import Timers, timers_for
 from . import answers
 from .attempt import Attempter
 from .headers import request_head, response_head
@@ -51,8 +52,8 @@ class Forwarder:
         self.services = services
         self.telemetry = services.telemetry
         self.tracing = services.telemetry.tracer is not None
-        self.loop = listener.loop
-        self.timers = timers_for(self.loop) if self.loop is not None else None
+        loop: asyncio.AbstractEventLoop | None = listener.loop  # None until the listener starts
+        self.timers: Timers | None = timers_for(loop) if loop is not None else None
         self.router = Router(listener.config, services.config.upstreams)
         self.pools: dict[str, dict[str, Pool]] = {}
         self.plans: dict[int, Plan] = {}  # by id(target): the router's targets are a fixed set
@@ -89,7 +90,7 @@ class Forwarder:
                 target = self.router.fallback
         else:
             try:
-                u = httptools.parse_url(url)
+                u: Any = httptools.parse_url(url)  # its fields may be None, whatever its stubs say
             except httptools.HttpParserInvalidURLError:
                 return self._refuse(req, conn, 400, "malformed request target")
             if u.schema != b"http" or not u.host:
@@ -165,10 +166,10 @@ class Forwarder:
         attempter = Attempter(conn.loop, plan, req, obs, rh.head, rh.host is None, may_retry)
         fwd = Forwarding(self, req, conn, obs, attempter)
         conn.active = fwd
-        if self.timers is None:
-            self.loop = conn.loop
-            self.timers = timers_for(conn.loop)
-        fwd.driver = Driver(call, attempter, obs, fwd.finished, conn.loop, self.timers)
+        timers = self.timers
+        if timers is None:
+            timers = self.timers = timers_for(conn.loop)
+        fwd.driver = Driver(call, attempter, obs, fwd.finished, conn.loop, timers)
         fwd.driver.start()
 
     def _is_self(self, host: bytes) -> bool:
@@ -220,6 +221,13 @@ class Forwarding:
         self.driver: Driver | None = None
         self.response: UpstreamResponse | None = None  # being streamed to the client
 
+    def _over(self) -> None:
+        """The answer is complete: on to the connection's next request. The references that tie this
+        request's objects into cycles are dropped, so they are freed at once rather than by the collector."""
+        self.driver = None
+        self.attempter.ctx = None
+        self.conn.request_done(self.req)
+
     def client_gone(self) -> None:
         """The client disconnected: stop the attempts, or the response being streamed."""
         if self.driver is not None and self.driver.finish is None:
@@ -246,7 +254,7 @@ class Forwarding:
             if delivery.payload is not None:
                 self.attempter.discard(delivery.payload)
             obs.end("client went away")
-            conn.request_done(req)
+            self._over()
             return
         resp: UpstreamResponse | None = delivery.payload
         expired = finish.outcome is not None and finish.outcome.deadline_expired
@@ -260,7 +268,7 @@ class Forwarding:
                 self.forwarder._answer(req, conn, answer)
                 obs.set_attribute("http.response.status_code", answer.status)
             obs.end(None if answer is None or answer.status < 500 else answer.body.decode().strip())
-            conn.request_done(req)
+            self._over()
             return
         obs.set_attribute("http.response.status_code", resp.status)
         self._deliver(resp)
@@ -285,7 +293,7 @@ class Forwarding:
             conn.write(b"".join(lines))
             resp.release()
             self.obs.end(None)
-            conn.request_done(req)
+            self._over()
             return
         for chunk in resp.take_held():
             if chunked:
@@ -309,7 +317,7 @@ class Forwarding:
         if not ok:
             self.conn.close()
         self.obs.end(None if ok else "upstream response broke off")
-        self.conn.request_done(self.req)
+        self._over()
 
 
 def _header(headers: list[tuple[bytes, bytes, bytes]], lname: bytes) -> bytes | None:

@@ -62,7 +62,7 @@ class Pool:
         self.count += 1
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, conn = await self.loop.create_connection(
+                _, conn = await self.loop.create_connection(  # type: ignore[type-var]  # a protocol by its methods
                     lambda: UpstreamConnection(self), self.host, self.port
                 )
         except TimeoutError:

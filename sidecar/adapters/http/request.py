@@ -19,6 +19,7 @@ class IncomingRequest:
         "expect_continue",
         "head_size",
         "refusal",
+        "head_request",
     )
 
     def __init__(self, began: float) -> None:
@@ -32,14 +33,11 @@ class IncomingRequest:
         self.expect_continue = False
         self.head_size = 0
         self.refusal: tuple[int, str] | None = None  # answer this instead of forwarding (400, 405, ...)
+        self.head_request = False  # a HEAD request: its answer has no body (set with ``method``)
 
     @property
     def idempotent(self) -> bool:
         return self.method in IDEMPOTENT
-
-    @property
-    def head_request(self) -> bool:
-        return self.method == b"HEAD"
 
     @property
     def body_complete(self) -> bool:

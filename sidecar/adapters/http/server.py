@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
@@ -31,8 +32,8 @@ class HttpListener:
         self.stopping = False
         self.server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
-        self._drained: asyncio.Event | None = None
-        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.drained: asyncio.Event | None = None  # while stopping: set once no connection is busy
+        self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.forwarder = Forwarder(self, services)
         limits = [
             services.policy(name).config.replay_buffer
@@ -50,13 +51,17 @@ class HttpListener:
         return self._address
 
     async def start(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.server = await self.loop.create_server(
-            lambda: ServerConnection(self), self.host, self.port, reuse_address=True, backlog=1024
+        loop = self.loop = asyncio.get_running_loop()
+
+        def connection() -> Any:  # an asyncio protocol by its methods, not by inheritance
+            return ServerConnection(self)
+
+        self.server = await loop.create_server(
+            connection, self.host, self.port, reuse_address=True, backlog=1024
         )
         sock = self.server.sockets[0]
         self._address = sock.getsockname()[:2]
-        self._sweeper = self.loop.call_later(SWEEP_EVERY, self._sweep)
+        self._sweeper = loop.call_later(SWEEP_EVERY, self._sweep)
 
     async def stop(self, grace: float) -> None:
         """Stop accepting; answer what is in progress (for up to ``grace`` seconds); close everything."""
@@ -69,10 +74,10 @@ class HttpListener:
                 conn.close()
         busy = [c for c in self.connections if c.busy]
         if busy and grace > 0:
-            self._drained = asyncio.Event()
+            self.drained = asyncio.Event()
             try:
                 async with asyncio.timeout(grace):
-                    await self._drained.wait()
+                    await self.drained.wait()
             except TimeoutError:
                 log.warning(
                     "listener %s: %d connection(s) still busy after %.1fs; closing",
@@ -91,14 +96,16 @@ class HttpListener:
 
     # -- from connections ------------------------------------------------------------------------------
     def connection_idle(self, conn: ServerConnection) -> None:
-        if self._drained is not None and not any(c.busy for c in self.connections):
-            self._drained.set()
+        if self.drained is not None and not any(c.busy for c in self.connections):
+            self.drained.set()
 
     def refused(self, status: int) -> None:
         self._rejected.reject(str(status))
 
     def _sweep(self) -> None:
-        now = self.loop.time()
+        loop = self.loop
+        assert loop is not None
+        now = loop.time()
         idle_timeout = self.config.idle_timeout
         for conn in list(self.connections):
             if now - conn.last_activity <= idle_timeout:
@@ -111,4 +118,4 @@ class HttpListener:
                 conn.streaming.failed("no data from the upstream within idle_timeout")
         for pool in self.forwarder.all_pools():
             pool.sweep(now, min(POOL_IDLE_TIMEOUT, idle_timeout))
-        self._sweeper = self.loop.call_later(SWEEP_EVERY, self._sweep)
+        self._sweeper = loop.call_later(SWEEP_EVERY, self._sweep)
