@@ -8,7 +8,9 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install test unit integration demo lint bench lock clean
 
+# `install` also compiles the hot path with mypyc when a source changed (tools/native.py; SIDECAR_NATIVE=0: pure Python).
 install: $(STAMP)
+	@$(BIN)/python tools/native.py build
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,30 +19,31 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
-test: $(STAMP)
+test: install
 	$(BIN)/python -m pytest tests
 
-unit: $(STAMP)
+unit: install
 	$(BIN)/python -m pytest tests/unit
 
-integration: $(STAMP)
+integration: install
 	$(BIN)/python -m pytest tests/integration
 
-lint: $(STAMP)
+lint: install
 	$(BIN)/ruff check .
 
-demo: $(STAMP)
+demo: install
 	$(BIN)/sidecar demo
 
-bench: $(STAMP)
+bench: install
 	$(BIN)/python bench/run_all.py
 
 # Re-pin the dependencies after editing pyproject.toml (needs network access to PyPI).
 lock:
 	$(PYTHON) -m venv /tmp/sidecar-lock-venv
 	/tmp/sidecar-lock-venv/bin/pip install --quiet pip-tools
-	/tmp/sidecar-lock-venv/bin/pip-compile --quiet --extra test --extra plot --generate-hashes --strip-extras \
+	/tmp/sidecar-lock-venv/bin/pip-compile --quiet --extra test --extra plot --extra native --generate-hashes --strip-extras \
 	    --allow-unsafe -o requirements.lock pyproject.toml
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+	find sidecar -name '*.so' -delete

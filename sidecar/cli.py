@@ -142,8 +142,11 @@ def simulate(
 
 @app.command()
 def version() -> None:
-    """Print the version."""
-    typer.echo(f"retry-sidecar {__version__}")
+    """Print the version, and whether the hot path runs compiled."""
+    from . import native
+
+    how = "hot path compiled with mypyc" if native.compiled() else "pure Python"
+    typer.echo(f"retry-sidecar {__version__} ({how})")
 
 
 def _run(coro, use_uvloop: bool) -> None:  # noqa: ANN001

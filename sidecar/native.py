@@ -1,0 +1,70 @@
+"""Which modules are compiled with mypyc, and whether this process runs them compiled.
+
+The request hot path (the policy engine, the runtime that drives it, telemetry counters, the HTTP adapter)
+is compiled to C with mypyc by ``make install`` (``tools/native.py``): the same source, run about a third
+faster. Everything works without it (``SIDECAR_NATIVE=0``, or no C compiler): a module that was not
+compiled is imported as plain Python.
+
+This file is read by ``setup.py`` without importing the package: keep it free of imports.
+"""
+
+#: Compiled as one group (calls between them are direct C calls). Paths from the repository root. No package
+#: ``__init__``: with ``sidecar/policy/__init__`` compiled, ``sidecar run`` failed to import its submodules.
+SOURCES = (
+    "sidecar/policy/backoff.py",
+    "sidecar/policy/commands.py",
+    "sidecar/policy/deadline.py",
+    "sidecar/policy/engine.py",
+    "sidecar/policy/events.py",
+    "sidecar/policy/outcome.py",
+    "sidecar/policy/reasons.py",
+    "sidecar/policy/spec.py",
+    "sidecar/policy/throttle.py",
+    "sidecar/upstream/balancer.py",
+    "sidecar/runtime.py",
+    "sidecar/timers.py",
+    "sidecar/services.py",
+    "sidecar/telemetry/metrics.py",
+    "sidecar/telemetry/observer.py",
+    "sidecar/adapters/http/answers.py",
+    "sidecar/adapters/http/attempt.py",
+    "sidecar/adapters/http/classify.py",
+    "sidecar/adapters/http/client.py",
+    "sidecar/adapters/http/connection.py",
+    "sidecar/adapters/http/forward.py",
+    "sidecar/adapters/http/headers.py",
+    "sidecar/adapters/http/plan.py",
+    "sidecar/adapters/http/pool.py",
+    "sidecar/adapters/http/pushback.py",
+    "sidecar/adapters/http/replay.py",
+    "sidecar/adapters/http/request.py",
+    "sidecar/adapters/http/response.py",
+    "sidecar/adapters/http/routing.py",
+)
+
+#: The group's shared library, a module inside the package (so an editable install finds it).
+GROUP = "sidecar.native"
+
+
+def compiled() -> bool:
+    """Does this process run the compiled hot path?"""
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    from .policy import engine
+
+    return (engine.__file__ or "").endswith(tuple(EXTENSION_SUFFIXES))
+
+
+def stale() -> list[str]:
+    """Sources edited after they were compiled: their compiled module, not the source, is what runs."""
+    import os
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = []
+    for src in SOURCES:
+        path = os.path.join(root, src)
+        so = path[:-3] + EXTENSION_SUFFIXES[0]
+        if os.path.exists(so) and os.path.getmtime(path) > os.path.getmtime(so):
+            out.append(src)
+    return out
