@@ -21,7 +21,6 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .policy import (
@@ -46,12 +45,14 @@ log = logging.getLogger("sidecar.runtime")
 INF = math.inf
 
 
-@dataclass(slots=True)
 class AttemptResult:
     """What an attempt produced: its classification, and the protocol's response object (opaque here)."""
 
-    outcome: Outcome
-    payload: Any = None
+    __slots__ = ("outcome", "payload")
+
+    def __init__(self, outcome: Outcome, payload: Any = None) -> None:
+        self.outcome = outcome
+        self.payload = payload
 
 
 class AttemptContext:
@@ -137,10 +138,14 @@ class NullObserver:
 NULL_OBSERVER = NullObserver()
 
 
-@dataclass(slots=True)
 class Delivery:
-    finish: Finish
-    payload: Any = None
+    """How a call ended: the engine's finish, and the payload of the attempt it delivers (if any)."""
+
+    __slots__ = ("finish", "payload")
+
+    def __init__(self, finish: Finish, payload: Any = None) -> None:
+        self.finish = finish
+        self.payload = payload
 
 
 class Driver:

@@ -33,6 +33,8 @@ C = OutcomeClass
 NO_TIME_LEFT = AttemptResult(Outcome(C.TIMEOUT, detail="no time left to send"))
 INF = math.inf
 timeout_ms = deadline.timeout_ms
+#: ``x-sidecar-attempt: N`` lines made once (index N).
+_ATTEMPT_LINES = tuple(b"x-sidecar-attempt: %d\r\n" % n for n in range(16))
 
 
 class Exchange:
@@ -171,19 +173,22 @@ class Attempter:
         expires: float,
     ) -> None:
         """Write this attempt's request on ``conn``."""
+        n = cmd.attempt
         lines = [self.base]
         if self.name_endpoint:
             lines.append(b"Host: %s\r\n" % cmd.endpoint.encode("latin-1"))
-        lines.append(b"x-sidecar-attempt: %d\r\n" % cmd.attempt)
+        lines.append(_ATTEMPT_LINES[n] if n < len(_ATTEMPT_LINES) else b"x-sidecar-attempt: %d\r\n" % n)
         if expires != INF:
             ms = timeout_ms(expires - self.loop.time())
             if ms <= 0:
                 pool.release(conn)
                 ctx.done(NO_TIME_LEFT)
                 return
-            lines.append(self.plan.deadline_name + b": %d\r\n" % ms)
-        for name, value in ctx.headers.items():
-            lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")))
+            lines += (self.plan.deadline_name, b": ", str(ms).encode(), b"\r\n")
+        headers = ctx.headers
+        if headers:
+            for name, value in headers.items():
+                lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")))
         lines.append(b"\r\n")
         ex = Exchange(self, cmd, ctx, conn, pool, reused, expires)
         self.exchanges[cmd.attempt] = ex

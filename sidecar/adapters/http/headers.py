@@ -6,7 +6,6 @@ came, each as ``(lowercased name, name, value)`` so that names are lowered once,
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from http import HTTPStatus
 
 Header = tuple[bytes, bytes, bytes]  # (lowercased name, name as received, value)
@@ -58,18 +57,27 @@ def connection_tokens(headers: Iterable[Header]) -> frozenset[bytes]:
     return frozenset(out)
 
 
-@dataclass(frozen=True, slots=True)
 class RequestHead:
     """``head``: request line and headers, without per-attempt lines and without the final blank line.
     ``host``: the Host passed on (``None``: each attempt names its endpoint). ``client_host``: the Host the
     client named. ``deadline``: the incoming deadline header's value. ``trace``: incoming trace context
     (``traceparent``/``tracestate``) when each attempt replaces it with its own."""
 
-    head: bytes
-    host: bytes | None
-    client_host: bytes | None
-    deadline: bytes | None
-    trace: dict[str, str] | None
+    __slots__ = ("head", "host", "client_host", "deadline", "trace")
+
+    def __init__(
+        self,
+        head: bytes,
+        host: bytes | None,
+        client_host: bytes | None,
+        deadline: bytes | None,
+        trace: dict[str, str] | None,
+    ) -> None:
+        self.head = head
+        self.host = host
+        self.client_host = client_host
+        self.deadline = deadline
+        self.trace = trace
 
 
 _DROP_SETS: dict[tuple[bytes, bool], frozenset[bytes]] = {}
