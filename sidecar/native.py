@@ -18,6 +18,7 @@ SOURCES = (
     "sidecar/policy/events.py",
     "sidecar/policy/outcome.py",
     "sidecar/policy/reasons.py",
+    "sidecar/policy/record.py",
     "sidecar/policy/spec.py",
     "sidecar/policy/throttle.py",
     "sidecar/upstream/balancer.py",

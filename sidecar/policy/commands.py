@@ -1,18 +1,18 @@
 """What the engine asks the runtime to do, and the decisions it records on the way.
 
-Commands are immutable records (``NamedTuple``: a frozen dataclass costs about 1 us to build, four times as
-much, and several are built per request on the hot path). Compare them by type, not by tuple equality.
+Commands are immutable records (``record.py``); several are built per request on the hot path.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Final
 
 from .outcome import Outcome, OutcomeClass
 from .reasons import Reason
+from .record import Record
 
 
-class SendAttempt(NamedTuple):
+class SendAttempt(Record):
     """Send attempt number ``attempt`` (1-based) to ``endpoint``.
 
     ``timeout``: what this attempt may take, in seconds (``inf``: no limit): min(per-try timeout, remaining
@@ -21,50 +21,71 @@ class SendAttempt(NamedTuple):
     ``hedge``: 0 for the first attempt, k for the k-th hedge (hedging policies only).
     """
 
-    attempt: int
-    endpoint: str
-    timeout: float
-    whole_deadline: bool
-    hedge: int = 0
+    fields = ("attempt", "endpoint", "timeout", "whole_deadline", "hedge")
+
+    def __init__(
+        self, attempt: int, endpoint: str, timeout: float, whole_deadline: bool, hedge: int = 0
+    ) -> None:
+        self.attempt: Final = attempt
+        self.endpoint: Final = endpoint
+        self.timeout: Final = timeout
+        self.whole_deadline: Final = whole_deadline
+        self.hedge: Final = hedge
 
     @property
     def previous_attempts(self) -> int:
         return self.attempt - 1
 
 
-class CancelAttempt(NamedTuple):
-    attempt: int
-    reason: Reason
+class CancelAttempt(Record):
+    """Abandon attempt ``attempt`` (its result, should one come, is dropped)."""
+
+    fields = ("attempt", "reason")
+
+    def __init__(self, attempt: int, reason: Reason) -> None:
+        self.attempt: Final = attempt
+        self.reason: Final = reason
 
 
-class Wake(NamedTuple):
+class Wake(Record):
     """Feed me a ``Tick`` at ``at`` (absolute, on the clock the runtime passes in). Replaces earlier wakes;
     ``inf`` means no wake is needed."""
 
-    at: float
+    fields = ("at",)
+
+    def __init__(self, at: float) -> None:
+        self.at: Final = at
 
 
-class Decision(NamedTuple):
+class Decision(Record):
     """What followed attempt ``attempt``'s result, and why. ``delay``: the wait before the next attempt."""
 
-    attempt: int
-    endpoint: str
-    outcome: OutcomeClass
-    reason: Reason
-    delay: float = 0.0
+    fields = ("attempt", "endpoint", "outcome", "reason", "delay")
+
+    def __init__(
+        self, attempt: int, endpoint: str, outcome: OutcomeClass, reason: Reason, delay: float = 0.0
+    ) -> None:
+        self.attempt: Final = attempt
+        self.endpoint: Final = endpoint
+        self.outcome: Final = outcome
+        self.reason: Final = reason
+        self.delay: Final = delay
 
 
-class Finish(NamedTuple):
+class Finish(Record):
     """The request is over. ``attempt`` is the attempt whose response is the answer (``None``: no attempt
     has one to give; the adapter answers for ``reason`` itself). ``attempts``: how many were sent in all.
 
     For ``deadline`` the adapter chooses: ``attempt`` is then the last answer received, which MongoDB
     returns as "the current error" while HTTP answers 498 and gRPC ``DEADLINE_EXCEEDED`` regardless."""
 
-    reason: Reason
-    attempt: int | None
-    outcome: Outcome | None
-    attempts: int
+    fields = ("reason", "attempt", "outcome", "attempts")
+
+    def __init__(self, reason: Reason, attempt: int | None, outcome: Outcome | None, attempts: int) -> None:
+        self.reason: Final = reason
+        self.attempt: Final = attempt
+        self.outcome: Final = outcome
+        self.attempts: Final = attempts
 
 
 Command = SendAttempt | CancelAttempt | Wake | Decision | Finish

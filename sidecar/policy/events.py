@@ -1,15 +1,16 @@
 """What the runtime tells the engine: immutable, with readable reprs (h11's _events.py habit).
 
-Events with data are ``NamedTuple``s (cheap: one per attempt); the field-less ones are frozen dataclass
+Events with data are immutable records (``record.py``; one per attempt); the field-less ones are frozen dataclass
 singletons, so that no two kinds of event ever compare equal.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final
 
 from .outcome import Outcome
+from .record import Record
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,11 +18,14 @@ class Start:
     """The request is ready to be sent (read far enough to start the first attempt)."""
 
 
-class AttemptEnded(NamedTuple):
+class AttemptEnded(Record):
     """Attempt ``attempt`` has a classified result (for HTTP: the response head; for gRPC: the status)."""
 
-    attempt: int
-    outcome: Outcome
+    fields = ("attempt", "outcome")
+
+    def __init__(self, attempt: int, outcome: Outcome) -> None:
+        self.attempt: Final = attempt
+        self.outcome: Final = outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +33,13 @@ class Tick:
     """The time the engine asked to be woken at (``Wake``) has come."""
 
 
-class Committed(NamedTuple):
+class Committed(Record):
     """Part of attempt ``attempt``'s response went to the client: it is the one, whatever comes next."""
 
-    attempt: int
+    fields = ("attempt",)
+
+    def __init__(self, attempt: int) -> None:
+        self.attempt: Final = attempt
 
 
 @dataclass(frozen=True, slots=True)
