@@ -41,6 +41,7 @@ SOURCES = (
     "sidecar/adapters/http/request.py",
     "sidecar/adapters/http/response.py",
     "sidecar/adapters/http/routing.py",
+    "sidecar/adapters/http/server.py",
 )
 
 #: The group's shared library, a module inside the package (so an editable install finds it).

@@ -70,6 +70,10 @@ class AttemptContext:
         """The attempt has its result (callback attempters report here; exactly once, unless cancelled)."""
         self._driver.attempt_done(self.attempt.attempt, result)
 
+    def answer(self, outcome: Outcome, payload: Any = None) -> None:
+        """``done(AttemptResult(outcome, payload))``, without building the result."""
+        self._driver.attempt_answered(self.attempt.attempt, outcome, payload)
+
     def commit(self) -> None:
         """Part of this attempt's response is going to the client: no other attempt may follow."""
         self._driver.feed(Committed(self.attempt.attempt))
@@ -199,14 +203,17 @@ class Driver:
         self.feed(CLIENT_GONE)
 
     def attempt_done(self, n: int, result: AttemptResult) -> None:
+        self.attempt_answered(n, result.outcome, result.payload)
+
+    def attempt_answered(self, n: int, outcome: Outcome, payload: Any) -> None:
         if n not in self.live:  # cancelled, or the call is over: nobody will deliver this
-            self._discard(result.payload)
+            self._discard(payload)
             return
         self.live.discard(n)
-        self.observer.attempt_ended(n, result.outcome)
-        if result.payload is not None:
-            self.payloads[n] = result.payload
-        self.feed(AttemptEnded(n, result.outcome))
+        self.observer.attempt_ended(n, outcome)
+        if payload is not None:
+            self.payloads[n] = payload
+        self.feed(AttemptEnded(n, outcome))
 
     def feed(self, event: Event, now: float | None = None) -> None:
         if self.finish is not None:

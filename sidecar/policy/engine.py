@@ -124,7 +124,7 @@ class Call:
         self.replayable = replayable
         self.attempts: list[_Attempt] = []
         self.inflight = 0
-        self.deprioritized: set[str] = set()
+        self.deprioritized: set[str] | None = None  # made when an endpoint first answers overloaded
         self.backoff: BackoffSequence | None = None  # made on the first failure
         self.committed: int | None = None
         self.finished = False
@@ -254,6 +254,8 @@ class Call:
         if overloaded:
             self.picker.penalize(a.endpoint, now)
             if policy.deprioritize_overloaded:
+                if self.deprioritized is None:
+                    self.deprioritized = set()
                 self.deprioritized.add(a.endpoint)
         pushback = outcome.pushback if policy.pushback else None
         if outcome.backoff_base is not None and policy.pushback and outcome.backoff_base >= 0:
@@ -396,7 +398,7 @@ class Call:
     # -- shared machinery -----------------------------------------------------------------------------
     def _send(self, now: float, out: list[Command], hedge: int) -> bool:
         tried = [a.endpoint for a in self.attempts] if self.attempts else ()
-        endpoint = self.picker.pick(now, self.rand, self.candidates, tried, self.deprioritized)
+        endpoint = self.picker.pick(now, self.rand, self.candidates, tried, self.deprioritized or ())
         if endpoint is None:
             self._finish(Reason.NO_ENDPOINT, out)
             return False

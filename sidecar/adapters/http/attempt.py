@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from ...policy import Outcome, OutcomeClass, SendAttempt, deadline
 from ...runtime import AttemptContext, AttemptResult
@@ -105,7 +106,7 @@ class Attempter:
         self.overflowed = False
         self.resend_ok = resend_ok
         self.exchanges: dict[int, Exchange] = {}  # attempts waiting for a response head
-        self.tasks: dict[int, asyncio.Task[None]] = {}  # attempts waiting for a connection
+        self.tasks: dict[int, asyncio.Task[None]] | None = None  # attempts waiting for a connection
         if req.body is not None:
             req.body.on_overflow = self.body_overflowed
 
@@ -125,9 +126,7 @@ class Attempter:
         pool = self.plan.pool(cmd.endpoint)
         conn = pool.take_idle()
         if conn is None:
-            self.tasks[cmd.attempt] = self.loop.create_task(
-                self._connect(cmd, ctx, pool, expires, fresh=False)
-            )
+            self._in_task(cmd.attempt, self._connect(cmd, ctx, pool, expires, fresh=False))
             return
         self._send(conn, cmd, ctx, pool, True, expires)
 
@@ -135,7 +134,7 @@ class Attempter:
         ex = self.exchanges.pop(attempt, None)
         if ex is not None:
             ex.conn.abandon(ex)
-        task = self.tasks.pop(attempt, None)
+        task = self.tasks.pop(attempt, None) if self.tasks else None
         if task is not None:
             task.cancel()
 
@@ -143,6 +142,16 @@ class Attempter:
         payload.release()
 
     # -- sending ---------------------------------------------------------------------------------------
+    def _in_task(self, n: int, coro: Coroutine[Any, Any, None]) -> None:
+        """Run attempt ``n``'s connecting in a task (the hot path, an idle pooled connection, needs none)."""
+        if self.tasks is None:
+            self.tasks = {}
+        self.tasks[n] = self.loop.create_task(coro)
+
+    def _task_over(self, n: int) -> bool:
+        """Attempt ``n``'s task is done with; was it still running (not cancelled)?"""
+        return self.tasks is not None and self.tasks.pop(n, None) is not None
+
     async def _connect(
         self, cmd: SendAttempt, ctx: AttemptContext, pool: Pool, expires: float, fresh: bool
     ) -> None:
@@ -154,11 +163,11 @@ class Attempter:
             else:
                 conn, reused = await pool.acquire()
         except ConnectFailed as e:
-            self.tasks.pop(n, None)
+            self._task_over(n)
             base = CONNECT_TIMEOUT if e.timeout else CONNECT_FAILURE
             ctx.done(AttemptResult(Outcome(base.cls, detail=e.detail)))
             return
-        if self.tasks.pop(n, None) is None:  # cancelled just as the connection came
+        if not self._task_over(n):  # cancelled just as the connection came
             pool.release(conn)
             return
         self._send(conn, cmd, ctx, pool, reused and not fresh, expires)
@@ -210,7 +219,7 @@ class Attempter:
         status = resp.status
         self.obs.set_attempt_attribute(n, "http.response.status_code", status)
         outcome = self.plan.classifier.response(status, resp.headers, time.time())
-        ex.ctx.done(AttemptResult(outcome, resp))
+        ex.ctx.answer(outcome, resp)
 
     def gone(self, ex: Exchange, error: UpstreamGone) -> None:
         n = ex.cmd.attempt
@@ -219,9 +228,7 @@ class Attempter:
         del self.exchanges[n]
         if ex.reused and not error.got_bytes and self.resend_ok and self._replayable():
             # The pooled connection had gone stale (closed by the upstream while idle): once more, on a new one.
-            self.tasks[n] = self.loop.create_task(
-                self._connect(ex.cmd, ex.ctx, ex.pool, ex.expires, fresh=True)
-            )
+            self._in_task(n, self._connect(ex.cmd, ex.ctx, ex.pool, ex.expires, fresh=True))
             return
         ex.ctx.done(AttemptResult(Outcome(C.RESET, detail=error.detail)))
 

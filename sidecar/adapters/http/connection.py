@@ -58,10 +58,12 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         "write_paused",
         "last_activity",
         "in_body",
+        "max_header_size",
     )
 
     def __init__(self, listener: HttpListener) -> None:
         self.listener = listener
+        self.max_header_size = listener.config.max_header_size
         loop = listener.loop
         assert loop is not None  # connections come once the listener started
         self.loop = loop
@@ -108,7 +110,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
             if isinstance(e.__context__, _HeadTooLarge):
                 self._refuse(
                     431,
-                    f"request head larger than max_header_size ({self.listener.config.max_header_size} bytes)",
+                    f"request head larger than max_header_size ({self.max_header_size} bytes)",
                 )
             else:
                 log.exception("HTTP request parsing failed in a callback")
@@ -159,7 +161,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         assert req is not None
         req.url += url
         req.head_size += len(url)
-        if req.head_size > self.listener.config.max_header_size:
+        if req.head_size > self.max_header_size:
             raise _HeadTooLarge
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -169,7 +171,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
             return  # trailers: not forwarded
         req.headers.append((name.lower(), name, value))
         req.head_size += len(name) + len(value) + 4
-        if req.head_size > self.listener.config.max_header_size:
+        if req.head_size > self.max_header_size:
             raise _HeadTooLarge
 
     def on_headers_complete(self) -> None:

@@ -56,11 +56,12 @@ class HttpListener:
         def connection() -> Any:  # an asyncio protocol by its methods, not by inheritance
             return ServerConnection(self)
 
-        self.server = await loop.create_server(
+        # Any: uvloop's Server.sockets is a list where the stubs say tuple (compiled code checks).
+        server: Any = await loop.create_server(
             connection, self.host, self.port, reuse_address=True, backlog=1024
         )
-        sock = self.server.sockets[0]
-        self._address = sock.getsockname()[:2]
+        self.server = server
+        self._address = tuple(server.sockets[0].getsockname()[:2])
         self._sweeper = loop.call_later(SWEEP_EVERY, self._sweep)
 
     async def stop(self, grace: float) -> None:
