@@ -212,6 +212,9 @@ def main() -> int:
             for p in reversed(procs):
                 stop(p)
     summary = summarize(runs, rss, args)
+    summary["sidecar_build"] = subprocess.run(
+        [sidecar_bin, "version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
     print_table(summary)
@@ -262,7 +265,7 @@ def print_table(s: dict) -> None:
     print(
         f"sidecar/HAProxy throughput {100 * s['sidecar_vs_haproxy']:.0f}%; added p50 at ~1k req/s: sidecar "
         f"{s['sidecar_added_p50_ms_at_1k']:.3f} ms, HAProxy {s['haproxy_added_p50_ms_at_1k']:.3f} ms; "
-        f"sidecar peak RSS {s['sidecar_rss_peak_mb']:.1f} MB"
+        f"sidecar peak RSS {s['sidecar_rss_peak_mb']:.1f} MB; {s['sidecar_build']}"
     )
 
 

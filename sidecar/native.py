@@ -5,6 +5,18 @@ is compiled to C with mypyc by ``make install`` (``tools/native.py``): the same 
 faster. Everything works without it (``SIDECAR_NATIVE=0``, or no C compiler): a module that was not
 compiled is imported as plain Python.
 
+Writing code in these modules (the tests run them compiled under ``make test``):
+
+- annotations are checked at run time: a value that contradicts its annotation raises ``TypeError``. Read a
+  third-party value whose stubs are wrong through ``Any`` (uvloop's ``Server.sockets`` is a list, an
+  ``httptools`` URL's port may be ``None``);
+- mypy keeps an attribute narrowed across method calls (``if self.x is None: return`` ... call ...
+  ``if self.x is not None`` is "unreachable" to it, and compiled code believes it): carry such facts in a
+  return value;
+- a dataclass or ``NamedTuple`` keeps an interpreted constructor: for objects made per request use a plain
+  class with ``__slots__``, or ``policy.record.Record``;
+- a compiled class cannot be subclassed by interpreted code (tests wrap one instead).
+
 This file is read by ``setup.py`` without importing the package: keep it free of imports.
 """
 
