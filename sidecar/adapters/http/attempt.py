@@ -122,13 +122,14 @@ class Attempter:
         if self.ctx is None and self.overflowed:
             ctx.buffer_exceeded()
         self.ctx = ctx
-        expires = self.loop.time() + cmd.timeout
+        now = self.loop.time()
+        expires = now + cmd.timeout
         pool = self.plan.pool(cmd.endpoint)
         conn = pool.take_idle()
         if conn is None:
             self._in_task(cmd.attempt, self._connect(cmd, ctx, pool, expires, fresh=False))
             return
-        self._send(conn, cmd, ctx, pool, True, expires)
+        self._send(conn, cmd, ctx, pool, True, expires, now)
 
     def cancel(self, attempt: int) -> None:
         ex = self.exchanges.pop(attempt, None)
@@ -180,15 +181,16 @@ class Attempter:
         pool: Pool,
         reused: bool,
         expires: float,
+        now: float | None = None,
     ) -> None:
-        """Write this attempt's request on ``conn``."""
+        """Write this attempt's request on ``conn`` (``now``: the loop time, when the caller just read it)."""
         n = cmd.attempt
         lines = [self.base]
         if self.name_endpoint:
             lines.append(b"Host: %s\r\n" % cmd.endpoint.encode("latin-1"))
         lines.append(_ATTEMPT_LINES[n] if n < len(_ATTEMPT_LINES) else b"x-sidecar-attempt: %d\r\n" % n)
         if expires != INF:
-            ms = timeout_ms(expires - self.loop.time())
+            ms = timeout_ms(expires - (self.loop.time() if now is None else now))
             if ms <= 0:
                 pool.release(conn)
                 ctx.done(NO_TIME_LEFT)

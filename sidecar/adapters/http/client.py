@@ -73,7 +73,6 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         "cork",
         "attempt",
         "reading_paused",
-        "last_activity",
         "keep_alive",
     )
 
@@ -84,7 +83,6 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         self.parser_dirty = False
         self.closed = False
         self.idle_since = 0.0
-        self.last_activity = 0.0
         self.exchange: Exchange | None = None  # the exchange in progress
         self.to_report: UpstreamResponse | None = None  # a head parsed, not yet told to the exchange
         self.response: UpstreamResponse | None = None
@@ -233,7 +231,6 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             self.abort()
             return
         self.got_bytes = True
-        self.last_activity = self.pool.loop.time()
         exchange = self.exchange
         try:
             self.parser.feed_data(data)
@@ -282,11 +279,8 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             r.failed(why)
         self.abort()
 
-    # -- httptools callbacks ---------------------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        self.reason = b""
-        self.headers = []
-
+    # -- httptools callbacks (no on_message_begin: ``start`` and an informational answer's end reset the
+    # head; a callback fewer per response) ------------------------------------------------------------
     def on_status(self, status: bytes) -> None:
         self.reason += status
 
@@ -330,8 +324,10 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             self.pause_reading()
 
     def on_message_complete(self) -> None:
-        if self.informational:
+        if self.informational:  # 100 Continue, 103 Early Hints: the answer's own head follows
             self.informational = False
+            self.reason = b""
+            self.headers = []
             return
         r = self.response
         if r is not None:
