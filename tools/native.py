@@ -55,7 +55,7 @@ def clean() -> None:
 
 
 def missing_toolchain() -> str | None:
-    cc = (sysconfig.get_config_var("CC") or "cc").split()
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()  # setuptools reads CC too
     if not cc or shutil.which(cc[0]) is None:
         return f"no C compiler ({shlex.join(cc) or 'cc'})"
     header = Path(sysconfig.get_paths()["include"]) / "Python.h"
