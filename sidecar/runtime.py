@@ -240,7 +240,7 @@ class Driver:
         cmds = self.call.handle(event, self.loop.time() if now is None else now)
         obs = self.observer
         over = False
-        c: Any  # commands are told apart by exact type (a NamedTuple each)
+        c: Any  # commands are told apart by their exact type
         for c in cmds:
             t = type(c)
             if t is SendAttempt:
