@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import random
 
@@ -291,3 +292,22 @@ async def test_max_connections_makes_requests_wait_for_a_pooled_connection(clien
         bodies = await asyncio.gather(get("/1"), get("/2"), get("/3"))
     assert sorted(bodies) == [b"a", b"b", b"ok\n"]
     assert len({s.peer for s in upstream.received}) == 1  # one connection, taken in turn
+
+
+async def test_an_answered_request_is_freed_at_once_not_by_the_cycle_collector(client, upstream) -> None:
+    """A request's objects (forwarding, driver, engine call, attempt contexts) hold no reference cycle: once
+    it is answered they are freed by reference counting, not left for the collector to find."""
+    upstream.fail_next(1, 503)  # a retried attempt's objects too
+    async with sidecar(config([upstream.endpoint])) as sc:
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(20):
+                async with client.get(sc.url + "/x") as r:
+                    assert r.status == 200
+                    await r.read()
+            kinds = {"Forwarding", "Driver", "Call", "AttemptContext", "Attempter", "Exchange"}
+            left = sorted(type(o).__name__ for o in gc.get_objects() if type(o).__name__ in kinds)
+        finally:
+            gc.enable()
+        assert left == []
