@@ -36,7 +36,7 @@ def targets() -> list[Path]:
 
 def compiled_files() -> list[Path]:
     """Every compiled module in the package (also ones left by an older list)."""
-    return [p for p in (ROOT / "sidecar").rglob(f"*{SUFFIX}")]
+    return list((ROOT / "sidecar").rglob(f"*{SUFFIX}"))
 
 
 def up_to_date() -> bool:

@@ -302,7 +302,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
                 self.close()
         finally:
             self.in_next = False
-        if not self.busy and self.listener.drained is not None:
+        if not self.busy:
             self.listener.connection_idle(self)
 
     def request_done(self, req: IncomingRequest) -> None:
@@ -316,16 +316,12 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         self.busy = False
         if self.read_paused_by and len(queue) <= PIPELINE_DEPTH:
             self.resume_for("pipeline")
-        body = req.body
-        if not req.keep_alive or self.closing or not (body is None or body.complete):  # keep_alive_after
+        if not self.keep_alive_after(req):
             self.close()
             self.listener.connection_idle(self)
             return
         self.last_activity = self.loop.time()
-        if queue:
-            self._next()  # a pipelined request was waiting
-        elif self.listener.drained is not None:
-            self.listener.connection_idle(self)
+        self._next()
 
     def abort_request(self, req: IncomingRequest) -> None:
         """Something went wrong answering ``req``: drop the connection (its client sees it closed)."""

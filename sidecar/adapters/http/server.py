@@ -32,7 +32,7 @@ class HttpListener:
         self.stopping = False
         self.server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
-        self.drained: asyncio.Event | None = None  # while stopping: set once no connection is busy
+        self._drained: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.forwarder = Forwarder(self, services)
         limits = [
@@ -75,10 +75,10 @@ class HttpListener:
                 conn.close()
         busy = [c for c in self.connections if c.busy]
         if busy and grace > 0:
-            self.drained = asyncio.Event()
+            self._drained = asyncio.Event()
             try:
                 async with asyncio.timeout(grace):
-                    await self.drained.wait()
+                    await self._drained.wait()
             except TimeoutError:
                 log.warning(
                     "listener %s: %d connection(s) still busy after %.1fs; closing",
@@ -97,8 +97,8 @@ class HttpListener:
 
     # -- from connections ------------------------------------------------------------------------------
     def connection_idle(self, conn: ServerConnection) -> None:
-        if self.drained is not None and not any(c.busy for c in self.connections):
-            self.drained.set()
+        if self._drained is not None and not any(c.busy for c in self.connections):
+            self._drained.set()
 
     def refused(self, status: int) -> None:
         self._rejected.reject(str(status))
