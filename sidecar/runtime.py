@@ -21,7 +21,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from .policy import (
     CLIENT_GONE,
@@ -41,8 +41,8 @@ from .policy import (
 from .policy.events import BUFFER_EXCEEDED, Event
 from .timers import TimerEntry, Timers, timers_for
 
-log = logging.getLogger("sidecar.runtime")
-INF = math.inf
+log: Final = logging.getLogger("sidecar.runtime")
+INF: Final = math.inf
 
 
 class AttemptResult:
@@ -139,7 +139,7 @@ class NullObserver:
         pass
 
 
-NULL_OBSERVER = NullObserver()
+NULL_OBSERVER: Final = NullObserver()
 
 
 class Delivery:

@@ -15,16 +15,18 @@ import heapq
 import math
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
-_INF = math.inf
+_INF: Final = math.inf
 
 
 #: ``[when, seq, callback]``: a list, so that the heap compares entries in C (a class with ``__lt__`` costs a
 #: Python call per comparison); ``callback`` is ``None`` once the entry fired or was cancelled.
 TimerEntry = list[Any]
 
-_WHEN, _SEQ, _CALLBACK = 0, 1, 2
+_WHEN: Final = 0
+_SEQ: Final = 1
+_CALLBACK: Final = 2
 
 
 class Timers:

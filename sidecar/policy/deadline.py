@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Final
 
-_MS = re.compile(rb"^[ \t]*([0-9]+(?:\.[0-9]+)?)[ \t]*$")
+_MS: Final = re.compile(rb"^[ \t]*([0-9]+(?:\.[0-9]+)?)[ \t]*$")
 
 #: Deadlines further away than this are absurd and ignored (userver ignores those over a year).
-MAX_TIMEOUT_S = 365 * 24 * 3600.0
+MAX_TIMEOUT_S: Final = 365 * 24 * 3600.0
 
 
 def parse_timeout_ms(value: str | bytes | None) -> float | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 from .backoff import BackoffSequence
 from .commands import CancelAttempt, Command, Decision, Finish, SendAttempt, Wake
@@ -29,10 +29,10 @@ from .reasons import Reason
 from .spec import RetryPolicy
 from .throttle import Throttle
 
-INF = math.inf
-C = OutcomeClass
+INF: Final = math.inf
+C: Final = OutcomeClass
 Rand = Callable[[], float]
-_WON = frozenset({Reason.SUCCESS, Reason.NOT_RETRYABLE, Reason.COMMITTED})
+_WON: Final = frozenset({Reason.SUCCESS, Reason.NOT_RETRYABLE, Reason.COMMITTED})
 
 
 class EndpointPicker(Protocol):

@@ -54,7 +54,7 @@ class ClientGone:
 
 Event = Start | AttemptEnded | Tick | Committed | BufferExceeded | ClientGone
 
-START = Start()
-TICK = Tick()
-BUFFER_EXCEEDED = BufferExceeded()
-CLIENT_GONE = ClientGone()
+START: Final = Start()
+TICK: Final = Tick()
+BUFFER_EXCEEDED: Final = BufferExceeded()
+CLIENT_GONE: Final = ClientGone()

@@ -8,7 +8,7 @@ socket error) into an :class:`Outcome`. The engine never sees a protocol type: o
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 
 class OutcomeClass(StrEnum):
@@ -31,7 +31,7 @@ class Pushback(NamedTuple):
         return self.delay is None
 
 
-PUSHBACK_STOP = Pushback(None)
+PUSHBACK_STOP: Final = Pushback(None)
 
 
 class Outcome(NamedTuple):
@@ -62,4 +62,4 @@ class Outcome(NamedTuple):
         return self.cls is OutcomeClass.SUCCESS
 
 
-SUCCESS = Outcome(OutcomeClass.SUCCESS)
+SUCCESS: Final = Outcome(OutcomeClass.SUCCESS)

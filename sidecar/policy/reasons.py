@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final
 
 
 class Reason(StrEnum):
@@ -29,7 +30,7 @@ class Reason(StrEnum):
 
 
 #: Reasons that end a request having given up on a failure (as opposed to delivering a success).
-GIVE_UPS = frozenset(
+GIVE_UPS: Final = frozenset(
     {
         Reason.NOT_RETRYABLE,
         Reason.ATTEMPTS_EXHAUSTED,

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Final
 
 from .outcome import OutcomeClass
 
-C = OutcomeClass
+C: Final = OutcomeClass
 
 
 class Jitter(StrEnum):
@@ -74,7 +75,7 @@ class HedgingSpec:
     non_fatal: frozenset[OutcomeClass] = frozenset({C.UNAVAILABLE, C.OVERLOADED})
 
 
-DEFAULT_RETRY_ON = frozenset({C.CONNECT_FAILURE, C.RESET, C.UNAVAILABLE, C.OVERLOADED})
+DEFAULT_RETRY_ON: Final = frozenset({C.CONNECT_FAILURE, C.RESET, C.UNAVAILABLE, C.OVERLOADED})
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -102,13 +102,13 @@ class Meters:
         self.give_ups[reason] = self.give_ups.get(reason, 0) + 1
 
 
-_LABELED = (
+_LABELED: Final = (
     ("requests", "sidecar_requests", "Requests finished, by final decision reason", "reason"),
     ("give_ups", "sidecar_give_ups", "Requests the sidecar gave up on, by reason", "reason"),
     ("attempts", "sidecar_attempts", "Upstream attempts, by outcome class (or cancelled)", "outcome"),
     ("retries", "sidecar_retries", "Retries decided, by the outcome class that caused them", "outcome"),
 )
-_PLAIN = (
+_PLAIN: Final = (
     ("hedges", "sidecar_hedges", "Hedged attempts sent"),
     ("throttled", "sidecar_throttled", "Requests whose retry the retry budget refused"),
     ("deadline_expired", "sidecar_deadline_expired", "Requests that ended because their deadline expired"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry import trace as ot
 from opentelemetry.sdk.trace import TracerProvider
@@ -25,9 +25,9 @@ from ..policy.reasons import GIVE_UPS
 from .metrics import Meters, Metrics
 from .tracing import PROPAGATOR, make_provider, tracer
 
-_EMPTY: Mapping[str, str] = {}
-_NO_SPANS: dict[int, Any] = {}  # shared and never written: only a traced request keeps attempt spans
-_RETRIES = (Reason.RETRY, Reason.TRANSPARENT_RETRY)
+_EMPTY: Final[Mapping[str, str]] = {}
+_NO_SPANS: Final[dict[int, Any]] = {}  # shared and never written: only a traced request keeps attempt spans
+_RETRIES: Final = (Reason.RETRY, Reason.TRANSPARENT_RETRY)
 
 
 class Telemetry:

@@ -23,12 +23,13 @@ Requests refused before any attempt get 400 (malformed), 403 (absolute-form to a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from ...policy import Finish, OutcomeClass, Reason
 from .headers import phrase
 
-C = OutcomeClass
-DEADLINE_BODY = b"Deadline expired"
+C: Final = OutcomeClass
+DEADLINE_BODY: Final = b"Deadline expired"
 
 
 @dataclass(frozen=True, slots=True)

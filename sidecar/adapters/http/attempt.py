@@ -16,7 +16,7 @@ import asyncio
 import math
 import time
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ...policy import Outcome, OutcomeClass, SendAttempt, deadline
 from ...runtime import AttemptContext, AttemptResult
@@ -30,12 +30,12 @@ from .response import UpstreamResponse
 if TYPE_CHECKING:
     from .pool import Pool
 
-C = OutcomeClass
-NO_TIME_LEFT = AttemptResult(Outcome(C.TIMEOUT, detail="no time left to send"))
-INF = math.inf
-timeout_ms = deadline.timeout_ms
+C: Final = OutcomeClass
+NO_TIME_LEFT: Final = AttemptResult(Outcome(C.TIMEOUT, detail="no time left to send"))
+INF: Final = math.inf
+timeout_ms: Final = deadline.timeout_ms
 #: ``x-sidecar-attempt: N`` lines made once (index N).
-_ATTEMPT_LINES = tuple(b"x-sidecar-attempt: %d\r\n" % n for n in range(16))
+_ATTEMPT_LINES: Final = tuple(b"x-sidecar-attempt: %d\r\n" % n for n in range(16))
 
 
 class Exchange:

@@ -14,20 +14,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 from ...config import PolicyConfig
 from ...policy import Outcome, OutcomeClass
 from .headers import DEADLINE_EXPIRED_HEADER, Header
 from .pushback import pushback
 
-C = OutcomeClass
-_RETRY_AFTER = b"retry-after"
+C: Final = OutcomeClass
+_RETRY_AFTER: Final = b"retry-after"
 
 #: The outcomes of transport failures, shared (they carry no per-response facts).
-CONNECT_FAILURE = Outcome(C.CONNECT_FAILURE, detail="connect failed")
-CONNECT_TIMEOUT = Outcome(C.CONNECT_FAILURE, detail="connect timeout")
-RESET = Outcome(C.RESET, detail="connection reset before the response")
-_SUCCESS_BY_STATUS: dict[int, Outcome] = {}
+CONNECT_FAILURE: Final = Outcome(C.CONNECT_FAILURE, detail="connect failed")
+CONNECT_TIMEOUT: Final = Outcome(C.CONNECT_FAILURE, detail="connect timeout")
+RESET: Final = Outcome(C.RESET, detail="connection reset before the response")
+_SUCCESS_BY_STATUS: Final[dict[int, Outcome]] = {}
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ response; only a connection whose request and response both ended cleanly is reu
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import httptools
 
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from .pool import Pool
 
 #: Hold at most this much of an undelivered response body before pausing the upstream socket.
-HOLD_LIMIT = 256 * 1024
-_NO_BODY_STATUS = frozenset({204, 304})
+HOLD_LIMIT: Final = 256 * 1024
+_NO_BODY_STATUS: Final = frozenset({204, 304})
 
 
 class UpstreamGone(Exception):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import httptools
 
@@ -26,11 +26,11 @@ if TYPE_CHECKING:
     from .forward import Forwarding
     from .server import HttpListener
 
-log = logging.getLogger("sidecar.http")
+log: Final = logging.getLogger("sidecar.http")
 
 #: Parsed requests waiting behind the one being answered before reading pauses.
-PIPELINE_DEPTH = 16
-CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+PIPELINE_DEPTH: Final = 16
+CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class _HeadTooLarge(Exception):

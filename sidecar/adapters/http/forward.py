@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import httptools
 
@@ -38,9 +38,9 @@ if TYPE_CHECKING:
     from .server import HttpListener
 
 
-log = logging.getLogger("sidecar.http")
-_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
-_METHODS = {
+log: Final = logging.getLogger("sidecar.http")
+_LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
+_METHODS: Final = {
     m: m.decode() for m in (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE")
 }
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
+from typing import Final
 
 Header = tuple[bytes, bytes, bytes]  # (lowercased name, name as received, value)
 
 #: RFC 9110 7.6.1 connection-specific fields, plus the legacy ones proxies still meet.
-HOP_BY_HOP = frozenset(
+HOP_BY_HOP: Final = frozenset(
     {
         b"connection",
         b"keep-alive",
@@ -25,14 +26,20 @@ HOP_BY_HOP = frozenset(
     }
 )
 
-ATTEMPT_HEADER = b"x-sidecar-attempt"
-DEADLINE_EXPIRED_HEADER = b"x-yataxi-deadline-expired"
-TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
+ATTEMPT_HEADER: Final = b"x-sidecar-attempt"
+DEADLINE_EXPIRED_HEADER: Final = b"x-yataxi-deadline-expired"
+TRACE_HEADERS: Final = frozenset({b"traceparent", b"tracestate"})
 #: Request headers the sidecar restates itself (framing, Host) or replaces per attempt.
-_REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length", b"expect", b"x-forwarded-for", ATTEMPT_HEADER}
+_REQUEST_DROP: Final = HOP_BY_HOP | {
+    b"host",
+    b"content-length",
+    b"expect",
+    b"x-forwarded-for",
+    ATTEMPT_HEADER,
+}
 
 
-_PLAIN_CONNECTION = {
+_PLAIN_CONNECTION: Final = {
     b"keep-alive": b"keep-alive",
     b"close": b"close",
     b"Keep-Alive": b"keep-alive",
@@ -55,6 +62,15 @@ def connection_tokens(headers: Iterable[Header]) -> frozenset[bytes]:
                 continue
             out.update(t.strip().lower() for t in value.split(b",") if t.strip())
     return frozenset(out)
+
+
+def _nominated(headers: list[Header]) -> frozenset[bytes] | None:
+    """The header names that ``Connection`` headers nominate as hop-by-hop; ``None`` for none (the usual
+    ``Connection: keep-alive`` or ``close`` names no header, so no set is built for it)."""
+    for low, _, value in headers:
+        if low == b"connection" and value not in _PLAIN_CONNECTION:
+            return connection_tokens(headers)
+    return None
 
 
 class RequestHead:
@@ -80,7 +96,7 @@ class RequestHead:
         self.trace = trace
 
 
-_DROP_SETS: dict[tuple[bytes, bool], frozenset[bytes]] = {}
+_DROP_SETS: Final[dict[tuple[bytes, bool], frozenset[bytes]]] = {}
 
 
 def _drop_set(deadline_header: bytes, replace_trace: bool) -> frozenset[bytes]:
@@ -115,10 +131,9 @@ def request_head(
     itself (``is_self``), in which case each attempt names its endpoint.
     """
     drop = _drop_set(deadline_header, replace_trace)
-    for low, _, _ in headers:
-        if low == b"connection":
-            drop = drop | connection_tokens(headers)
-            break
+    nominated = _nominated(headers)
+    if nominated is not None:
+        drop = drop | nominated
     lines = [method, b" ", target, b" HTTP/1.1\r\n"]
     client_host = None
     deadline = None
@@ -170,6 +185,20 @@ def phrase(status: int) -> bytes:
         return b"Unknown"
 
 
+_STATUS_LINES: Final[dict[int, tuple[bytes, bytes]]] = {}
+
+
+def _status_line(status: int, reason: bytes) -> bytes:
+    """``HTTP/1.1 200 OK\\r\\n``, made once per status (and reason) seen."""
+    known = _STATUS_LINES.get(status)
+    if known is not None and known[0] == reason:
+        return known[1]
+    line = b"HTTP/1.1 %d %s\r\n" % (status, reason or phrase(status))
+    if len(_STATUS_LINES) < 256:
+        _STATUS_LINES[status] = (reason, line)
+    return line
+
+
 def response_head(
     status: int,
     reason: bytes,
@@ -184,14 +213,10 @@ def response_head(
     headers, reframed for the client connection. Returns (the head's pieces, ending with the blank line;
     whether the body goes chunked; whether the connection stays open). A body of unknown length goes
     chunked to an HTTP/1.1 client, and to an HTTP/1.0 client ends with the connection."""
-    lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason or phrase(status))]
-    nominated: frozenset[bytes] | tuple[()] = ()
-    for low, _, _ in headers:
-        if low == b"connection":
-            nominated = connection_tokens(headers)
-            break
+    lines = [_status_line(status, reason)]
+    nominated = _nominated(headers)
     for low, name, value in headers:
-        if low in HOP_BY_HOP or low in nominated:
+        if low in HOP_BY_HOP or (nominated is not None and low in nominated):
             continue
         lines += (name, b": ", value, b"\r\n")
     chunked = False

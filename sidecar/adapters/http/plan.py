@@ -3,6 +3,8 @@ resolved once per target so the hot path only looks things up."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from ...config.units import split_host_port
 from ...policy import OutcomeClass
 from ...services import CompiledPolicy, UpstreamRuntime
@@ -10,7 +12,7 @@ from .classify import HttpClassifier
 from .pool import Pool
 
 #: The policy's ``replay_buffer`` when it does not say (``None``).
-DEFAULT_REPLAY_BUFFER = 1024 * 1024
+DEFAULT_REPLAY_BUFFER: Final = 1024 * 1024
 
 
 class Plan:

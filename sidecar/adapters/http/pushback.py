@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from email.utils import parsedate_to_datetime
+from typing import Final
 
 from ...policy import PUSHBACK_STOP, Pushback
 
 #: Longer waits are treated as this long (they end the request at its deadline anyway).
-MAX_DELAY_S = 24 * 3600.0
+MAX_DELAY_S: Final = 24 * 3600.0
 
 
 def retry_after(value: bytes | str | None, now_wall: float) -> float | None:

@@ -13,9 +13,9 @@ more than ``WATERMARK`` bytes wait with no attempt to take them (before connecti
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Final, Protocol
 
-WATERMARK = 256 * 1024
+WATERMARK: Final = 256 * 1024
 
 
 class BodySink(Protocol):

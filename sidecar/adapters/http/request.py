@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from .replay import RequestBody
 
-IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
+IDEMPOTENT: Final = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
 
 
 class IncomingRequest:

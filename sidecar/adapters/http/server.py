@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Final
 
 from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
@@ -14,11 +14,11 @@ from .connection import ServerConnection
 from .forward import Forwarder
 from .plan import DEFAULT_REPLAY_BUFFER
 
-log = logging.getLogger("sidecar.http")
+log: Final = logging.getLogger("sidecar.http")
 
 #: Pooled upstream connections idle this long are closed (below common server keep-alive timeouts).
-POOL_IDLE_TIMEOUT = 30.0
-SWEEP_EVERY = 1.0
+POOL_IDLE_TIMEOUT: Final = 30.0
+SWEEP_EVERY: Final = 1.0
 
 
 class HttpListener:
