@@ -27,6 +27,7 @@ TimerEntry = list[Any]
 _WHEN: Final = 0
 _SEQ: Final = 1
 _CALLBACK: Final = 2
+_heappush: Final = heapq.heappush  # a constant: compiled, ``heapq.heappush`` is a lookup
 
 
 class Timers:
@@ -44,7 +45,7 @@ class Timers:
         """Run ``callback`` at loop time ``when`` (or soon after), unless cancelled first."""
         self._seq += 1
         entry = [when, self._seq, callback]
-        heapq.heappush(self._heap, entry)
+        _heappush(self._heap, entry)
         if when < self._armed_at:
             self._arm(when)
         return entry

@@ -10,6 +10,7 @@ _MS: Final = re.compile(rb"^[ \t]*([0-9]+(?:\.[0-9]+)?)[ \t]*$")
 
 #: Deadlines further away than this are absurd and ignored (userver ignores those over a year).
 MAX_TIMEOUT_S: Final = 365 * 24 * 3600.0
+_INF: Final = math.inf
 
 
 def parse_timeout_ms(value: str | bytes | None) -> float | None:
@@ -29,6 +30,6 @@ def parse_timeout_ms(value: str | bytes | None) -> float | None:
 def timeout_ms(timeout_s: float) -> int:
     """Seconds -> whole milliseconds, rounded down: a propagated timeout never exceeds what remains.
     ``inf`` (no deadline) has nothing to propagate: callers check ``math.isfinite`` first."""
-    if not math.isfinite(timeout_s):
+    if not -_INF < timeout_s < _INF:  # not math.isfinite: compiled, that is a module attribute lookup
         raise ValueError("no finite timeout to propagate")
-    return max(0, math.floor(timeout_s * 1000.0 + 1e-9))
+    return max(0, int(timeout_s * 1000.0 + 1e-9))  # int() floors what max() keeps (>= 0)

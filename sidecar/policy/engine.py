@@ -33,6 +33,10 @@ INF: Final = math.inf
 C: Final = OutcomeClass
 Rand = Callable[[], float]
 _WON: Final = frozenset({Reason.SUCCESS, Reason.NOT_RETRYABLE, Reason.COMMITTED})
+#: Members read on every request, as constants: compiled, ``Reason.SUCCESS`` is an attribute lookup each time.
+_CLS_SUCCESS: Final = OutcomeClass.SUCCESS
+_REASON_SUCCESS: Final = Reason.SUCCESS
+_REASON_HEDGE_LOST: Final = Reason.HEDGE_LOST
 
 
 class EndpointPicker(Protocol):
@@ -141,18 +145,18 @@ class Call:
         out: list[Command] = []
         if self.finished:
             return out
-        t = type(event)
-        if t is AttemptEnded:
-            self._ended(event.attempt, event.outcome, now, out)  # type: ignore[union-attr]
-        elif t is Tick:
+        # isinstance narrows the type: compiled, the fields are then read from the struct, not looked up
+        if isinstance(event, AttemptEnded):
+            self._ended(event.attempt, event.outcome, now, out)
+        elif isinstance(event, Tick):
             self._tick(now, out)
-        elif t is Start:
+        elif isinstance(event, Start):
             self._start(now, out)
-        elif t is Committed:
-            self._commit(event.attempt, out)  # type: ignore[union-attr]
-        elif t is BufferExceeded:
+        elif isinstance(event, Committed):
+            self._commit(event.attempt, out)
+        elif isinstance(event, BufferExceeded):
             self._buffer_exceeded(out)
-        elif t is ClientGone:
+        elif isinstance(event, ClientGone):
             self._finish(Reason.CANCELLED, out, deliver=False)
         else:  # pragma: no cover - a programming error, not input
             raise TypeError(f"unknown event {event!r}")
@@ -236,12 +240,12 @@ class Call:
         self.picker.finished(a.endpoint)
         policy = self.policy
         cls = outcome.cls
-        if cls is C.SUCCESS:  # the common case, kept short
+        if cls is _CLS_SUCCESS:  # the common case, kept short
             self.deliverable = (n, outcome)
             if self.throttle is not None:
                 self.throttle.on_success(n > 1 and n != self.free_attempt)
-            out.append(Decision(n, a.endpoint, cls, Reason.SUCCESS))
-            self._finish(Reason.SUCCESS, out)
+            out.append(Decision(n, a.endpoint, cls, _REASON_SUCCESS))
+            self._finish(_REASON_SUCCESS, out)
             return
         upstream_deadline = False
         if outcome.deadline_expired:
@@ -441,7 +445,7 @@ class Call:
 
     def _finish(self, reason: Reason, out: list[Command], deliver: bool = True) -> None:
         # Attempts still out lost the race (success, fatal answer) or are cut short by ``reason``.
-        cancel_reason = Reason.HEDGE_LOST if reason in _WON else reason
+        cancel_reason = _REASON_HEDGE_LOST if reason in _WON else reason
         for a in self.attempts:
             if not a.done:
                 self._cancel(a, cancel_reason, out)

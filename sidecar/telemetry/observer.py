@@ -22,12 +22,17 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from ..config.schema import TelemetryConfig
 from ..policy import CancelAttempt, Decision, Finish, Outcome, OutcomeClass, Reason, SendAttempt
 from ..policy.reasons import GIVE_UPS
+from ..runtime import CallObserver
 from .metrics import Meters, Metrics
 from .tracing import PROPAGATOR, make_provider, tracer
 
 _EMPTY: Final[Mapping[str, str]] = {}
 _NO_SPANS: Final[dict[int, Any]] = {}  # shared and never written: only a traced request keeps attempt spans
 _RETRIES: Final = (Reason.RETRY, Reason.TRANSPARENT_RETRY)
+#: Read on every request: constants, not attribute lookups on the enum (compiled).
+_THROTTLED: Final = Reason.THROTTLED
+_DEADLINE: Final = Reason.DEADLINE
+_perf_counter: Final = time.perf_counter
 
 
 class Telemetry:
@@ -63,7 +68,7 @@ class Telemetry:
             self.provider.shutdown()
 
 
-class RequestObserver:
+class RequestObserver(CallObserver):
     __slots__ = (
         "t",
         "meters",
@@ -93,7 +98,7 @@ class RequestObserver:
         self.meters: Meters = t.metrics.meters(listener, upstream)
         self.meters.listener.inflight += 1
         self.protocol = protocol
-        self.started = time.perf_counter()
+        self.started = _perf_counter()
         self.last_delay = 0.0
         self.ended = False
         self.reason: Reason | None = None
@@ -136,7 +141,7 @@ class RequestObserver:
             return
         self.ended = True
         self.meters.listener.inflight -= 1
-        self.meters.duration.observe(time.perf_counter() - self.started)
+        self.meters.duration.observe(_perf_counter() - self.started)
         if self.span is not None:
             for span in self.attempt_spans.values():
                 span.end()
@@ -233,9 +238,9 @@ class RequestObserver:
         m.request(reason)
         if reason in GIVE_UPS:
             m.give_up(reason)
-        if reason is Reason.THROTTLED:
+        if reason is _THROTTLED:
             m.throttled += 1
-        elif reason is Reason.DEADLINE:
+        elif reason is _DEADLINE:
             m.deadline_expired += 1
         if self.span is not None:
             self.span.set_attribute("sidecar.attempts", f.attempts)

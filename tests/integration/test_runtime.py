@@ -25,7 +25,7 @@ from sidecar.policy import (
     RetryPolicy,
     SendAttempt,
 )
-from sidecar.runtime import AttemptContext, AttemptResult, drive
+from sidecar.runtime import AttemptContext, AttemptResult, CallObserver, drive
 from sidecar.upstream.balancer import Balancer
 
 C = OutcomeClass
@@ -64,7 +64,7 @@ class Script:
         self.discarded.append(payload)
 
 
-class Recorder:
+class Recorder(CallObserver):
     def __init__(self) -> None:
         self.events: list[Any] = []
 

@@ -19,8 +19,9 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
 from ...policy import Outcome, OutcomeClass, SendAttempt, deadline
-from ...runtime import AttemptContext, AttemptResult
+from ...runtime import AttemptContext, AttemptResult, CallbackAttempter
 from ...telemetry import RequestObserver
+from . import client
 from .classify import CONNECT_FAILURE, CONNECT_TIMEOUT
 from .client import ConnectFailed, UpstreamConnection, UpstreamGone
 from .plan import Plan
@@ -34,11 +35,12 @@ C: Final = OutcomeClass
 NO_TIME_LEFT: Final = AttemptResult(Outcome(C.TIMEOUT, detail="no time left to send"))
 INF: Final = math.inf
 timeout_ms: Final = deadline.timeout_ms
+_wall_clock: Final = time.time
 #: ``x-sidecar-attempt: N`` lines made once (index N).
 _ATTEMPT_LINES: Final = tuple(b"x-sidecar-attempt: %d\r\n" % n for n in range(16))
 
 
-class Exchange:
+class Exchange(client.Exchange):
     """One attempt on one upstream connection: the connection reports the response head (or its failure)
     here."""
 
@@ -69,7 +71,7 @@ class Exchange:
         self.attempter.gone(self, error)
 
 
-class Attempter:
+class Attempter(CallbackAttempter):
     __slots__ = (
         "loop",
         "plan",
@@ -220,7 +222,7 @@ class Attempter:
         del self.exchanges[n]
         status = resp.status
         self.obs.set_attempt_attribute(n, "http.response.status_code", status)
-        outcome = self.plan.classifier.response(status, resp.headers, time.time())
+        outcome = self.plan.classifier.response(status, resp.headers, _wall_clock())
         ex.ctx.answer(outcome, resp)
 
     def gone(self, ex: Exchange, error: UpstreamGone) -> None:

@@ -12,10 +12,12 @@ response; only a connection whose request and response both ended cleanly is reu
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 import httptools
+from mypy_extensions import mypyc_attr
 
+from .headers import lower_name
 from .replay import RequestBody
 from .response import UpstreamResponse
 
@@ -45,11 +47,16 @@ class ConnectFailed(Exception):
         self.timeout = timeout
 
 
-class Exchange(Protocol):
-    """The owner of one request/response exchange on a connection (an attempt)."""
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Exchange:
+    """The owner of one request/response exchange on a connection (an attempt). A base class rather than a
+    Protocol: compiled, the connection's calls through it are direct."""
 
-    def on_response(self, response: UpstreamResponse) -> None: ...
-    def on_gone(self, error: UpstreamGone) -> None: ...
+    def on_response(self, response: UpstreamResponse) -> None:
+        raise NotImplementedError
+
+    def on_gone(self, error: UpstreamGone) -> None:
+        raise NotImplementedError
 
 
 class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class compiles native)
@@ -286,7 +293,7 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.response is None:  # after the head come trailers: not forwarded
-            self.headers.append((name.lower(), name, value))
+            self.headers.append((lower_name(name), name, value))
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final
 import httptools
 
 from . import answers
+from .headers import lower_name
 from .replay import RequestBody
 from .request import IncomingRequest, refused
 from .response import UpstreamResponse
@@ -169,7 +170,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         assert req is not None
         if self.in_body:
             return  # trailers: not forwarded
-        req.headers.append((name.lower(), name, value))
+        req.headers.append((lower_name(name), name, value))
         req.head_size += len(name) + len(value) + 4
         if req.head_size > self.max_header_size:
             raise _HeadTooLarge
@@ -180,10 +181,10 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         p = self.parser
         req.method = method = p.get_method()
         req.head_request = method == b"HEAD"
-        req.version = p.get_http_version()
-        req.keep_alive = p.should_keep_alive()
+        req.keep_alive = keep_alive = p.should_keep_alive()
         length: int | None = 0
         expect = False
+        connection = False
         for n, _, value in req.headers:
             if n == b"content-length":
                 length = int(value)
@@ -192,6 +193,11 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
                     length = None
             elif n == b"expect":
                 expect = value.strip().lower() == b"100-continue"
+            elif n == b"connection":
+                connection = True
+        # Kept alive with no Connection header is HTTP/1.1 (1.0 needs ``Connection: keep-alive``); only
+        # otherwise is the version asked for (httptools formats a new string for it each time).
+        req.version = "1.1" if keep_alive and not connection else p.get_http_version()
         if length != 0:
             body = req.body = RequestBody(length, self.listener.replay_limit, self)
             if expect and req.version == "1.1":

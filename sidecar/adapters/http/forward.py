@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 log: Final = logging.getLogger("sidecar.http")
 _LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
+_CANCELLED: Final = Reason.CANCELLED  # constants: compiled, an enum member is an attribute lookup
+_DEADLINE: Final = Reason.DEADLINE
 _METHODS: Final = {
     m: m.decode() for m in (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE")
 }
@@ -250,7 +252,7 @@ class Forwarding:
     def _answer(self, delivery: Delivery) -> None:
         finish = delivery.finish
         req, conn, obs = self.req, self.conn, self.obs
-        if finish.reason is Reason.CANCELLED:
+        if finish.reason is _CANCELLED:
             if delivery.payload is not None:
                 self.attempter.discard(delivery.payload)
             obs.end("client went away")
@@ -258,7 +260,7 @@ class Forwarding:
             return
         resp: UpstreamResponse | None = delivery.payload
         expired = finish.outcome is not None and finish.outcome.deadline_expired
-        if resp is not None and (finish.reason is Reason.DEADLINE or expired):
+        if resp is not None and (finish.reason is _DEADLINE or expired):
             # Nobody waits for it any more, or the upstream said it ran out of time: never a body to pass on.
             self.attempter.discard(resp)
             resp = None
