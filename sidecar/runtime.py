@@ -297,7 +297,12 @@ class Driver:
         f = self.finish
         assert f is not None
         payloads = self.payloads
-        payload = payloads.pop(f.attempt, None) if f.attempt is not None else None
+        chosen = f.attempt
+        payload = None
+        if chosen is not None:
+            payload = payloads.get(chosen)
+            if payload is not None:
+                del payloads[chosen]  # (not dict.pop: compiled, a method call; ``get`` and ``del`` are not)
         if payloads:
             for p in payloads.values():
                 self._discard(p)

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
-from typing import Final, Protocol
+from typing import Final
+
+from mypy_extensions import mypyc_attr
 
 from .backoff import BackoffSequence
 from .commands import CancelAttempt, Command, Decision, Finish, SendAttempt, Wake
@@ -39,7 +41,11 @@ _REASON_SUCCESS: Final = Reason.SUCCESS
 _REASON_HEDGE_LOST: Final = Reason.HEDGE_LOST
 
 
-class EndpointPicker(Protocol):
+@mypyc_attr(allow_interpreted_subclasses=True)
+class EndpointPicker:
+    """Chooses each attempt's endpoint and hears when it is done with it. A base class rather than a
+    Protocol: compiled, the engine's calls through it are direct."""
+
     def pick(
         self,
         now: float,
@@ -47,13 +53,17 @@ class EndpointPicker(Protocol):
         candidates: Sequence[str] | None = None,
         avoid: Collection[str] = (),
         deprioritized: Collection[str] = (),
-    ) -> str | None: ...
+    ) -> str | None:
+        raise NotImplementedError
 
-    def started(self, endpoint: str) -> None: ...
+    def started(self, endpoint: str) -> None:
+        raise NotImplementedError
 
-    def finished(self, endpoint: str) -> None: ...
+    def finished(self, endpoint: str) -> None:
+        raise NotImplementedError
 
-    def penalize(self, endpoint: str, now: float) -> None: ...
+    def penalize(self, endpoint: str, now: float) -> None:
+        raise NotImplementedError
 
 
 class _Attempt:

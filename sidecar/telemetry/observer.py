@@ -28,9 +28,10 @@ from .tracing import PROPAGATOR, make_provider, tracer
 
 _EMPTY: Final[Mapping[str, str]] = {}
 _NO_SPANS: Final[dict[int, Any]] = {}  # shared and never written: only a traced request keeps attempt spans
-_RETRIES: Final = (Reason.RETRY, Reason.TRANSPARENT_RETRY)
 #: Read on every request: constants, not attribute lookups on the enum (compiled).
 _THROTTLED: Final = Reason.THROTTLED
+_RETRY: Final = Reason.RETRY
+_TRANSPARENT_RETRY: Final = Reason.TRANSPARENT_RETRY
 _DEADLINE: Final = Reason.DEADLINE
 _perf_counter: Final = time.perf_counter
 
@@ -221,11 +222,13 @@ class RequestObserver(CallObserver):
             span.end()
 
     def decision(self, d: Decision) -> None:
-        if d.reason in _RETRIES:
+        if d.reason is _RETRY or d.reason is _TRANSPARENT_RETRY:
             self.meters.retry(d.outcome)
         self.last_delay = d.delay
-        span = self.attempt_spans.pop(d.attempt, None)
-        if span is not None:
+        if self.attempt_spans:
+            span = self.attempt_spans.pop(d.attempt, None)
+            if span is None:
+                return
             span.set_attribute("sidecar.decision.reason", d.reason.value)
             if d.delay:
                 span.set_attribute("sidecar.backoff_ms", round(d.delay * 1000, 3))

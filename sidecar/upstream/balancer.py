@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 
+from ..policy.engine import EndpointPicker
+
 Rand = Callable[[], float]
 
 
-class Balancer:
+class Balancer(EndpointPicker):
     __slots__ = ("endpoints", "cooldown", "outstanding", "_penalized_until")
 
     def __init__(self, endpoints: Sequence[str], cooldown: float = 5.0) -> None:

@@ -20,6 +20,7 @@ from sidecar.policy import (
     Call,
     CancelAttempt,
     Decision,
+    EndpointPicker,
     Event,
     Finish,
     Outcome,
@@ -61,16 +62,25 @@ def scripted(*values: float):
     return rand
 
 
-class StrictBalancer:
+class StrictBalancer(EndpointPicker):
     """A Balancer that fails the test when an endpoint is released more often than it was taken (it wraps
     one: the compiled Balancer cannot be subclassed by test code)."""
 
     def __init__(self, endpoints: Sequence[str], **kw) -> None:
         self.inner = Balancer(endpoints, **kw)
 
+    def pick(self, now, rand, candidates=None, avoid=(), deprioritized=()):  # noqa: ANN001, ANN201
+        return self.inner.pick(now, rand, candidates, avoid, deprioritized)
+
+    def started(self, endpoint: str) -> None:
+        self.inner.started(endpoint)
+
     def finished(self, endpoint: str) -> None:
         assert self.inner.outstanding.get(endpoint, 0) > 0, f"{endpoint!r} released more often than taken"
         self.inner.finished(endpoint)
+
+    def penalize(self, endpoint: str, now: float) -> None:
+        self.inner.penalize(endpoint, now)
 
     def __getattr__(self, name: str):  # noqa: ANN204 - everything else is the Balancer's
         return getattr(self.inner, name)

@@ -154,7 +154,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
 
     # -- httptools callbacks ---------------------------------------------------------------------------
     def on_message_begin(self) -> None:
-        self.current = IncomingRequest(self.loop.time())
+        self.current = IncomingRequest(self.last_activity)  # the loop time data_received just read
         self.in_body = False
 
     def on_url(self, url: bytes) -> None:

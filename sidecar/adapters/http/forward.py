@@ -60,6 +60,7 @@ class Forwarder:
         self.pools: dict[str, dict[str, Pool]] = {}
         self.plans: dict[int, Plan] = {}  # by id(target): the router's targets are a fixed set
         self._self_hosts: dict[bytes, bool] = {}
+        self.is_self = self._is_self  # bound once, not per request
 
     def plan(self, target: Target) -> Plan:
         plan = self.plans.get(id(target))
@@ -122,7 +123,7 @@ class Forwarder:
             body_length=None if body is None else body.length,
             chunked=body is not None and body.chunked,
             authority=authority,
-            is_self=self._is_self,
+            is_self=self.is_self,
             replace_trace=self.tracing,
         )
         timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None

@@ -60,6 +60,14 @@ def lower_name(name: bytes) -> bytes:
     return low
 
 
+def _line(lines: list[bytes], name: bytes, value: bytes) -> None:
+    """Add ``name: value\\r\\n`` to ``lines`` (appends: compiled, cheaper than extending by a new tuple)."""
+    lines.append(name)
+    lines.append(b": ")
+    lines.append(value)
+    lines.append(b"\r\n")
+
+
 def header(name: bytes, value: bytes) -> Header:
     return (lower_name(name), name, value)
 
@@ -169,7 +177,7 @@ def request_head(
             continue
         if low == b"x-forwarded-proto":
             proto = True
-        lines += (name, b": ", value, b"\r\n")
+        _line(lines, name, value)
     if authority is not None:
         host = authority
     elif client_host is not None and not is_self(client_host):
@@ -231,7 +239,7 @@ def response_head(
     for low, name, value in headers:
         if low in HOP_BY_HOP or (nominated is not None and low in nominated):
             continue
-        lines += (name, b": ", value, b"\r\n")
+        _line(lines, name, value)
     chunked = False
     if with_body and length is None:
         if client_version == "1.1":

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from ...policy import EndpointPicker
 from ...upstream.balancer import Balancer
 from .commands import ReadPreference
 from .members import Members, ServerState
@@ -163,7 +164,7 @@ class Topology:
         return self.members.facts()
 
 
-class TopologyPicker:
+class TopologyPicker(EndpointPicker):
     """The engine's endpoint picker for one request: the topology says which servers fit, the balancer
     ranks them. Fixed ``candidates`` (a pinned cursor or transaction) bypass the topology."""
 
