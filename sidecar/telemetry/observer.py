@@ -59,10 +59,14 @@ class Telemetry:
         attributes: Mapping[str, Any] | None = None,
         parent: Mapping[str, str] | None = None,
         attempt_name: str | None = None,
+        meters: Meters | None = None,
     ) -> RequestObserver:
         """Start observing one request. ``name`` is the request span's name (``GET``, ``pkg.Svc/Method``,
-        ``find orders``); ``parent`` the incoming headers/metadata carrying the caller's trace context."""
-        return RequestObserver(self, listener, upstream, protocol, name, attributes, parent, attempt_name)
+        ``find orders``); ``parent`` the incoming headers/metadata carrying the caller's trace context;
+        ``meters``: the (listener, upstream) pair's, when the caller keeps them at hand."""
+        return RequestObserver(
+            self, listener, upstream, protocol, name, attributes, parent, attempt_name, meters
+        )
 
     def shutdown(self) -> None:
         if self.provider is not None:
@@ -94,9 +98,10 @@ class RequestObserver(CallObserver):
         attributes: Mapping[str, Any] | None,
         parent: Mapping[str, str] | None,
         attempt_name: str | None,
+        meters: Meters | None = None,
     ) -> None:
         self.t = t
-        self.meters: Meters = t.metrics.meters(listener, upstream)
+        self.meters: Meters = meters if meters is not None else t.metrics.meters(listener, upstream)
         self.meters.listener.inflight += 1
         self.protocol = protocol
         self.started = _perf_counter()

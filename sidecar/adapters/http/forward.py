@@ -71,6 +71,7 @@ class Forwarder:
                 self.services.upstream(target.upstream),
                 target.retry_non_idempotent,
                 pools,
+                self.telemetry.metrics.meters(self.name, target.upstream),
             )
             self.plans[id(target)] = plan
         return plan
@@ -149,6 +150,7 @@ class Forwarder:
             name=method,
             attributes=attrs,
             parent=rh.trace,
+            meters=plan.meters,
         )
         if timeout is not None:
             obs.deadline_received(timeout)

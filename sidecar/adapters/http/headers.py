@@ -117,15 +117,16 @@ class RequestHead:
         self.trace = trace
 
 
-_DROP_SETS: Final[dict[tuple[bytes, bool], frozenset[bytes]]] = {}
+#: By deadline header: the drop set without, and with, the trace headers.
+_DROP_SETS: Final[tuple[dict[bytes, frozenset[bytes]], dict[bytes, frozenset[bytes]]]] = ({}, {})
 
 
 def _drop_set(deadline_header: bytes, replace_trace: bool) -> frozenset[bytes]:
-    key = (deadline_header, replace_trace)
-    drop = _DROP_SETS.get(key)
+    sets = _DROP_SETS[1] if replace_trace else _DROP_SETS[0]
+    drop = sets.get(deadline_header)
     if drop is None:
         drop = _REQUEST_DROP | {deadline_header} | (TRACE_HEADERS if replace_trace else frozenset())
-        _DROP_SETS[key] = drop
+        sets[deadline_header] = drop
     return drop
 
 

@@ -8,6 +8,7 @@ from typing import Final
 from ...config.units import split_host_port
 from ...policy import OutcomeClass
 from ...services import CompiledPolicy, UpstreamRuntime
+from ...telemetry.metrics import Meters
 from .classify import HttpClassifier
 from .pool import Pool
 
@@ -29,6 +30,7 @@ class Plan:
         "connect_only",
         "replay_limit",
         "pools",
+        "meters",
     )
 
     def __init__(
@@ -37,6 +39,7 @@ class Plan:
         upstream: UpstreamRuntime,
         retry_non_idempotent: bool | None,
         pools: dict[str, Pool],
+        meters: Meters,
     ) -> None:
         cfg = policy.config
         self.upstream_name = upstream.name
@@ -53,6 +56,7 @@ class Plan:
         self.connect_only = policy.engine.retry_on & {OutcomeClass.CONNECT_FAILURE}
         self.replay_limit = DEFAULT_REPLAY_BUFFER if cfg.replay_buffer is None else cfg.replay_buffer
         self.pools = pools
+        self.meters = meters  # the (listener, upstream) pair's counters
 
     def pool(self, endpoint: str) -> Pool:
         pool = self.pools.get(endpoint)
