@@ -4,14 +4,14 @@ A :class:`Driver` owns one request's engine :class:`~sidecar.policy.Call`. It fe
 carries out its commands at once, from whatever callback brought the event: ``SendAttempt`` starts an
 attempt through the adapter's :class:`CallbackAttempter`, ``CancelAttempt`` abandons one, ``Wake`` arms an
 entry on the loop's shared timer heap (``timers.py``), ``Decision`` goes to the observer and ``Finish``
-ends the request with a :class:`Delivery` (the engine's finish and the payload of the attempt to deliver;
-every other payload is handed back to the attempter to discard). Events raised while commands are being
+ends the request: its :class:`CallOwner` gets the engine's finish and the payload of the attempt to deliver
+(every other payload is handed back to the attempter to discard). Events raised while commands are being
 carried out (an attempt that fails at once, a commit) are queued and handled right after: the engine is
 never re-entered.
 
 No coroutine, task or loop timer is needed per request, so an adapter built on protocol callbacks (HTTP)
 pays only for the engine itself. Adapters written as coroutines (gRPC, MongoDB) use :func:`drive`, which
-runs each ``async send`` in a task of its own and returns the delivery.
+runs each ``async send`` in a task of its own and returns a :class:`Delivery`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import asyncio
 import logging
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, Final, Protocol
 
 from mypy_extensions import mypyc_attr
@@ -155,14 +155,25 @@ class Delivery:
         self.payload = payload
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
+class CallOwner:
+    """Whoever answers for a call once it ends (an adapter's request). A base class rather than a callback:
+    compiled, the driver's call is direct and no bound method is made per request."""
+
+    def finished(self, finish: Finish, payload: Any) -> None:
+        """The engine is done: ``payload`` is the chosen attempt's result (``None``: nothing to deliver).
+        Called exactly once."""
+        raise NotImplementedError
+
+
 class Driver:
-    """Carries out one call's engine commands. ``on_finish(delivery)`` is called exactly once."""
+    """Carries out one call's engine commands. ``owner.finished(finish, payload)`` is called exactly once."""
 
     __slots__ = (
         "call",
         "attempter",
         "observer",
-        "on_finish",
+        "owner",
         "loop",
         "timers",
         "finish",
@@ -179,19 +190,19 @@ class Driver:
         call: Call,
         attempter: CallbackAttempter,
         observer: CallObserver,
-        on_finish: Callable[[Delivery], None],
+        owner: CallOwner,
         loop: asyncio.AbstractEventLoop,
         timers: Timers | None = None,
     ) -> None:
         self.call = call
         self.attempter = attempter
         self.observer = observer
-        self.on_finish = on_finish
+        self.owner = owner
         self.loop = loop
         self.timers = timers if timers is not None else timers_for(loop)
         self.finish: Finish | None = None
         self.payloads: dict[int, Any] = {}
-        self.live: set[int] = set()  # attempts started, neither done nor cancelled
+        self.live = 0  # attempts started, neither done nor cancelled: bit n for attempt n (no set per call)
         self._queue: deque[tuple[Event, float | None]] | None = None
         self._running = False
         self._timer: TimerEntry | None = None
@@ -209,10 +220,11 @@ class Driver:
         self.attempt_answered(n, result.outcome, result.payload)
 
     def attempt_answered(self, n: int, outcome: Outcome, payload: Any) -> None:
-        if n not in self.live:  # cancelled, or the call is over: nobody will deliver this
+        bit = 1 << n
+        if not self.live & bit:  # cancelled, or the call is over: nobody will deliver this
             self._discard(payload)
             return
-        self.live.discard(n)
+        self.live &= ~bit
         self.observer.attempt_ended(n, outcome)
         if payload is not None:
             self.payloads[n] = payload
@@ -245,7 +257,7 @@ class Driver:
         over = False
         for c in cmds:  # isinstance narrows: compiled, fields are then read from the struct
             if isinstance(c, SendAttempt):
-                self.live.add(c.attempt)
+                self.live |= 1 << c.attempt
                 ctx = AttemptContext(c, obs.attempt_started(c), self)
                 try:
                     self.attempter.start(c, ctx)
@@ -259,8 +271,8 @@ class Driver:
             elif isinstance(c, CancelAttempt):
                 obs.attempt_cancelled(c)
                 n = c.attempt
-                if n in self.live:
-                    self.live.discard(n)
+                if self.live & (1 << n):
+                    self.live &= ~(1 << n)
                     self.attempter.cancel(n)
                 payload = self.payloads.pop(n, None)
                 if payload is not None:
@@ -291,9 +303,10 @@ class Driver:
             self.timers.cancel(self._timer)
             self._timer = None
         if self.live:  # the engine cancels what is in flight; this only guards adapter bugs
-            for n in list(self.live):
-                self.attempter.cancel(n)
-            self.live.clear()
+            live, self.live = self.live, 0
+            for n in range(live.bit_length()):
+                if live & (1 << n):
+                    self.attempter.cancel(n)
         f = self.finish
         assert f is not None
         payloads = self.payloads
@@ -307,7 +320,7 @@ class Driver:
             for p in payloads.values():
                 self._discard(p)
             payloads.clear()
-        self.on_finish(Delivery(f, payload))
+        self.owner.finished(f, payload)
 
     def _discard(self, payload: Any) -> None:
         if payload is None:
@@ -361,22 +374,31 @@ class _TaskAttempter(CallbackAttempter):
         self.attempter.discard(payload)
 
 
+class _Awaited(CallOwner):
+    """:func:`drive`'s owner: the awaiting coroutine gets the :class:`Delivery`."""
+
+    __slots__ = ("done", "tasks")
+
+    def __init__(self, done: asyncio.Future[Delivery], tasks: _TaskAttempter) -> None:
+        self.done = done
+        self.tasks = tasks
+
+    def finished(self, finish: Finish, payload: Any) -> None:
+        self.tasks.cancel_all()
+        if self.done.cancelled():
+            if payload is not None:
+                self.tasks.discard(payload)
+        else:
+            self.done.set_result(Delivery(finish, payload))
+
+
 async def drive(call: Call, attempter: Attempter, observer: CallObserver = NULL_OBSERVER) -> Delivery:
     """Run ``call`` to its ``Finish`` with a coroutine attempter (one task per attempt). Cancelling the
     awaiting task (the client went away) cancels the attempts."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Delivery] = loop.create_future()
     tasks = _TaskAttempter(attempter, loop)
-
-    def finished(delivery: Delivery) -> None:
-        tasks.cancel_all()
-        if done.cancelled():
-            if delivery.payload is not None:
-                tasks.discard(delivery.payload)
-        else:
-            done.set_result(delivery)
-
-    driver = Driver(call, tasks, observer, finished, loop)
+    driver = Driver(call, tasks, observer, _Awaited(done, tasks), loop)
     driver.start()
     try:
         return await done

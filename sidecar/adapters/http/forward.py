@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import httptools
 
-from ...policy import Reason
+from ...policy import Finish, Reason
 from ...policy.deadline import parse_timeout_ms
-from ...runtime import Delivery, Driver
+from ...runtime import CallOwner, Driver
 from ...services import Services
 from ...telemetry import RequestObserver
 from ...timers import Timers, timers_for
@@ -174,7 +174,7 @@ class Forwarder:
         timers = self.timers
         if timers is None:
             timers = self.timers = timers_for(conn.loop)
-        fwd.driver = Driver(call, attempter, obs, fwd.finished, conn.loop, timers)
+        fwd.driver = Driver(call, attempter, obs, fwd, conn.loop, timers)
         fwd.driver.start()
 
     def _is_self(self, host: bytes) -> bool:
@@ -205,7 +205,7 @@ class Forwarder:
         conn.request_done(req)
 
 
-class Forwarding:
+class Forwarding(CallOwner):
     """One request between ``begin`` and its complete answer."""
 
     __slots__ = ("forwarder", "req", "conn", "obs", "attempter", "driver", "response")
@@ -243,25 +243,24 @@ class Forwarding:
             resp.abort()
             self.obs.end("client went away")
 
-    def finished(self, delivery: Delivery) -> None:
+    def finished(self, finish: Finish, payload: Any) -> None:
         """The engine is done: answer the client (the chosen upstream response, or the sidecar's own)."""
         try:
-            self._answer(delivery)
+            self._answer(finish, payload)
         except Exception:
             log.exception("answering a request failed")
             self.obs.end("internal error")
             self.conn.abort_request(self.req)
 
-    def _answer(self, delivery: Delivery) -> None:
-        finish = delivery.finish
+    def _answer(self, finish: Finish, payload: UpstreamResponse | None) -> None:
         req, conn, obs = self.req, self.conn, self.obs
         if finish.reason is _CANCELLED:
-            if delivery.payload is not None:
-                self.attempter.discard(delivery.payload)
+            if payload is not None:
+                self.attempter.discard(payload)
             obs.end("client went away")
             self._over()
             return
-        resp: UpstreamResponse | None = delivery.payload
+        resp = payload
         expired = finish.outcome is not None and finish.outcome.deadline_expired
         if resp is not None and (finish.reason is _DEADLINE or expired):
             # Nobody waits for it any more, or the upstream said it ran out of time: never a body to pass on.
