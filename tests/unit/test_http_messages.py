@@ -12,7 +12,7 @@ C = OutcomeClass
 
 
 def head(headers, **kw):  # noqa: ANN001, ANN201
-    kw.setdefault("client_ip", "10.9.8.7")
+    kw.setdefault("client_ip", b"10.9.8.7")
     kw.setdefault("deadline_header", b"x-yataxi-client-timeoutms")
     kw.setdefault("body_length", None)
     kw.setdefault("chunked", False)

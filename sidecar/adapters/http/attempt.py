@@ -82,7 +82,8 @@ class Attempter(CallbackAttempter):
         "ctx",
         "overflowed",
         "resend_ok",
-        "exchanges",
+        "exchange",
+        "more_exchanges",
         "tasks",
     )
 
@@ -107,7 +108,10 @@ class Attempter(CallbackAttempter):
         self.ctx: AttemptContext | None = None
         self.overflowed = False
         self.resend_ok = resend_ok
-        self.exchanges: dict[int, Exchange] = {}  # attempts waiting for a response head
+        # Attempts waiting for a response head: the first in a slot, any others (hedges) in a dict made
+        # when needed (most requests have one attempt at a time: no dict per request).
+        self.exchange: Exchange | None = None
+        self.more_exchanges: dict[int, Exchange] | None = None
         self.tasks: dict[int, asyncio.Task[None]] | None = None  # attempts waiting for a connection
         if req.body is not None:
             req.body.on_overflow = self.body_overflowed
@@ -134,8 +138,9 @@ class Attempter(CallbackAttempter):
         self._send(conn, cmd, ctx, pool, True, expires, now)
 
     def cancel(self, attempt: int) -> None:
-        ex = self.exchanges.pop(attempt, None)
+        ex = self._waiting(attempt)
         if ex is not None:
+            self._forget(ex)
             ex.conn.abandon(ex)
         task = self.tasks.pop(attempt, None) if self.tasks else None
         if task is not None:
@@ -204,22 +209,27 @@ class Attempter(CallbackAttempter):
                 lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")))
         lines.append(b"\r\n")
         ex = Exchange(self, cmd, ctx, conn, pool, reused, expires)
-        self.exchanges[cmd.attempt] = ex
+        if self.exchange is None:
+            self.exchange = ex
+        else:
+            if self.more_exchanges is None:
+                self.more_exchanges = {}
+            self.more_exchanges[cmd.attempt] = ex
         req = self.req
         try:
             conn.start(b"".join(lines), req.body, req.head_request, cmd.attempt, ex)
         except BaseException:
-            self.exchanges.pop(cmd.attempt, None)
+            self._forget(ex)
             conn.abort()
             raise
 
     # -- results (from the connection) -----------------------------------------------------------------
     def responded(self, ex: Exchange, resp: UpstreamResponse) -> None:
         n = ex.cmd.attempt
-        if self.exchanges.get(n) is not ex:
+        if self._waiting(n) is not ex:
             resp.release()  # cancelled meanwhile
             return
-        del self.exchanges[n]
+        self._forget(ex)
         status = resp.status
         self.obs.set_attempt_attribute(n, "http.response.status_code", status)
         outcome = self.plan.classifier.response(status, resp.headers, _wall_clock())
@@ -227,14 +237,27 @@ class Attempter(CallbackAttempter):
 
     def gone(self, ex: Exchange, error: UpstreamGone) -> None:
         n = ex.cmd.attempt
-        if self.exchanges.get(n) is not ex:
+        if self._waiting(n) is not ex:
             return
-        del self.exchanges[n]
+        self._forget(ex)
         if ex.reused and not error.got_bytes and self.resend_ok and self._replayable():
             # The pooled connection had gone stale (closed by the upstream while idle): once more, on a new one.
             self._in_task(n, self._connect(ex.cmd, ex.ctx, ex.pool, ex.expires, fresh=True))
             return
         ex.ctx.done(AttemptResult(Outcome(C.RESET, detail=error.detail)))
+
+    def _waiting(self, n: int) -> Exchange | None:
+        """Attempt ``n``'s exchange, if it still waits for its response head."""
+        ex = self.exchange
+        if ex is not None and ex.cmd.attempt == n:
+            return ex
+        return self.more_exchanges.get(n) if self.more_exchanges else None
+
+    def _forget(self, ex: Exchange) -> None:
+        if self.exchange is ex:
+            self.exchange = None
+        elif self.more_exchanges:
+            self.more_exchanges.pop(ex.cmd.attempt, None)
 
     def _replayable(self) -> bool:
         body = self.req.body

@@ -77,7 +77,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         self.busy = False  # a request is being answered
         self.closing = False  # answer what is queued, then close
         self.closed = False
-        self.client_ip = ""
+        self.client_ip = b""  # for X-Forwarded-For, encoded once per connection
         self.read_paused_by: set[str] = set()
         self.streaming: UpstreamResponse | None = None
         self.stream_chunked = False
@@ -90,7 +90,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
-        self.client_ip = peer[0] if peer else ""
+        self.client_ip = (peer[0] if peer else "").encode("latin-1")
         self.listener.connections.add(self)
         if self.listener.stopping:
             self.closing = True

@@ -135,7 +135,7 @@ def request_head(
     target: bytes,
     headers: list[Header],
     *,
-    client_ip: str,
+    client_ip: bytes,
     deadline_header: bytes,
     body_length: int | None,
     chunked: bool,
@@ -160,7 +160,7 @@ def request_head(
     client_host = None
     deadline = None
     trace: dict[str, str] | None = None
-    xff: list[bytes] = []
+    xff: list[bytes] | None = None  # earlier proxies' X-Forwarded-For values
     proto = False
     for low, name, value in headers:
         if low in drop:
@@ -170,6 +170,8 @@ def request_head(
             elif low == deadline_header:
                 deadline = value
             elif low == b"x-forwarded-for":
+                if xff is None:
+                    xff = []
                 xff.append(value)
             elif replace_trace and low in TRACE_HEADERS:
                 if trace is None:
@@ -187,8 +189,13 @@ def request_head(
         host = None
     if host is not None:
         lines += (b"Host: ", host, b"\r\n")
-    xff.append(client_ip.encode("latin-1"))
-    lines += (b"X-Forwarded-For: ", b", ".join(xff), b"\r\n")
+    lines.append(b"X-Forwarded-For: ")
+    if xff is not None:
+        xff.append(client_ip)
+        lines.append(b", ".join(xff))
+    else:
+        lines.append(client_ip)
+    lines.append(b"\r\n")
     if not proto:
         lines.append(b"X-Forwarded-Proto: http\r\n")
     if chunked:
