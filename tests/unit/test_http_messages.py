@@ -3,6 +3,8 @@ buffer (no sockets)."""
 
 from __future__ import annotations
 
+import pytest
+
 from sidecar.adapters.http import answers
 from sidecar.adapters.http.headers import header, request_head, response_head
 from sidecar.adapters.http.replay import WATERMARK, RequestBody
@@ -185,3 +187,13 @@ def test_flow_control_holds_the_client_back() -> None:
     assert ctl.paused
     body.sink_resumed(sink)
     assert not ctl.paused
+
+
+def test_content_length_reads_digits_like_int() -> None:
+    from sidecar.adapters.http.headers import content_length
+
+    for raw in (b"0", b"7", b"42", b"1048576", b"99999999999999999999999"):
+        assert content_length(raw) == int(raw)
+    for bad in (b"", b"1x", b" "):
+        with pytest.raises(ValueError):
+            content_length(bad)

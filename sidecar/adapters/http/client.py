@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 import httptools
 from mypy_extensions import mypyc_attr
 
-from .headers import lower_name
+from .headers import content_length, lower_name
 from .replay import RequestBody
 from .response import UpstreamResponse
 
@@ -308,7 +308,7 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         chunked = False
         for low, _, value in self.headers:
             if low == b"content-length":
-                length = int(value)
+                length = content_length(value)
             elif low == b"transfer-encoding" and b"chunked" in value.lower():
                 chunked = True
         if chunked:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 import httptools
 
 from . import answers
-from .headers import lower_name
+from .headers import content_length, lower_name
 from .replay import RequestBody
 from .request import IncomingRequest, refused
 from .response import UpstreamResponse
@@ -187,7 +187,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         connection = False
         for n, _, value in req.headers:
             if n == b"content-length":
-                length = int(value)
+                length = content_length(value)
             elif n == b"transfer-encoding":
                 if b"chunked" in value.lower():
                     length = None

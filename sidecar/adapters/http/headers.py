@@ -60,6 +60,18 @@ def lower_name(name: bytes) -> bytes:
     return low
 
 
+def content_length(value: bytes) -> int:
+    """``int(value)`` for a ``Content-Length`` (llhttp has checked it is digits): a loop over the digits,
+    since compiled, ``int(bytes)`` is a generic call. Anything else goes to ``int`` (and its errors)."""
+    n = 0
+    for i in range(len(value)):
+        c = value[i]
+        if c < 48 or c > 57:
+            return int(value)
+        n = n * 10 + (c - 48)
+    return n if value else int(value)
+
+
 def _line(lines: list[bytes], name: bytes, value: bytes) -> None:
     """Add ``name: value\\r\\n`` to ``lines`` (appends: compiled, cheaper than extending by a new tuple)."""
     lines.append(name)
