@@ -60,12 +60,14 @@ class AttemptResult:
 class AttemptContext:
     """Handed to the attempter with each attempt."""
 
-    __slots__ = ("attempt", "headers", "_driver")
+    __slots__ = ("attempt", "headers", "now", "_driver")
 
-    def __init__(self, attempt: SendAttempt, headers: Mapping[str, str], driver: Driver) -> None:
+    def __init__(self, attempt: SendAttempt, headers: Mapping[str, str], now: float, driver: Driver) -> None:
         self.attempt = attempt
         #: extra headers/metadata to send with this attempt (trace context of the attempt span)
         self.headers = headers
+        #: the loop time the engine decided on this attempt (its per-try timeout counts from here)
+        self.now = now
         self._driver = driver
 
     def done(self, result: AttemptResult) -> None:
@@ -209,8 +211,9 @@ class Driver:
         self._armed = INF
 
     # -- events in -------------------------------------------------------------------------------------
-    def start(self) -> None:
-        self.feed(START)
+    def start(self, now: float | None = None) -> None:
+        """Begin the call (``now``: the loop time, when the caller has just read it)."""
+        self.feed(START, now)
 
     def client_gone(self) -> None:
         """The client cancelled or disconnected: cancel what is in flight, finish ``cancelled``."""
@@ -252,13 +255,15 @@ class Driver:
     # -- commands out ----------------------------------------------------------------------------------
     def _step(self, event: Event, now: float | None) -> bool:
         """Carry out the commands for ``event``; whether the call finished."""
-        cmds = self.call.handle(event, self.loop.time() if now is None else now)
+        if now is None:
+            now = self.loop.time()
+        cmds = self.call.handle(event, now)
         obs = self.observer
         over = False
         for c in cmds:  # isinstance narrows: compiled, fields are then read from the struct
             if isinstance(c, SendAttempt):
                 self.live |= 1 << c.attempt
-                ctx = AttemptContext(c, obs.attempt_started(c), self)
+                ctx = AttemptContext(c, obs.attempt_started(c), now, self)
                 try:
                     self.attempter.start(c, ctx)
                 except Exception as e:  # an adapter bug: a fatal outcome, never a hung request

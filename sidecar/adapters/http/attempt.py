@@ -128,7 +128,7 @@ class Attempter(CallbackAttempter):
         if self.ctx is None and self.overflowed:
             ctx.buffer_exceeded()
         self.ctx = ctx
-        now = self.loop.time()
+        now = ctx.now
         expires = now + cmd.timeout
         pool = self.plan.pool(cmd.endpoint)
         conn = pool.take_idle()

@@ -175,7 +175,9 @@ class Forwarder:
         if timers is None:
             timers = self.timers = timers_for(conn.loop)
         fwd.driver = Driver(call, attempter, obs, fwd, conn.loop, timers)
-        fwd.driver.start()
+        # conn.last_activity: the loop time read by the callback that got here (data_received, or
+        # request_done for a pipelined request), as loop.time() would say again
+        fwd.driver.start(conn.last_activity)
 
     def _is_self(self, host: bytes) -> bool:
         """Does ``Host`` name the sidecar itself (``127.0.0.1:15001``)? Then the upstream is told its own
