@@ -40,7 +40,7 @@ class SidecarPolicy:
     classifier: HttpClassifier  # the HTTP listener's own: the model server answers HTTP statuses
 
     def classify(self, status: int) -> Outcome:
-        return self.classifier.response(status, (), 0.0)
+        return self.classifier.response(status, [], 0.0)
 
 
 def compile_policy(s: Scenario, endpoints: list[str]) -> SidecarPolicy:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sidecar.adapters.http.classify import HttpClassifier
-from sidecar.adapters.http.headers import header
+from sidecar.adapters.http.headers import header_list
 from sidecar.adapters.http.pushback import millis, pushback, retry_after
 from sidecar.config.schema import PolicyConfig
 from sidecar.policy import PUSHBACK_STOP, OutcomeClass, Pushback
@@ -18,7 +18,7 @@ _classifier = HttpClassifier.from_policy(PolicyConfig(pushback_header="X-Retry-A
 class classify:  # noqa: N801 - reads like the classifier, with headers as (name, value) pairs
     @staticmethod
     def response(status, pairs, now):  # noqa: ANN001, ANN205
-        return _classifier.response(status, [header(n, v) for n, v in pairs], now)
+        return _classifier.response(status, header_list(pairs), now)
 
 
 @pytest.mark.parametrize(

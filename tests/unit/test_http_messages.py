@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sidecar.adapters.http import answers
-from sidecar.adapters.http.headers import header, request_head, response_head
+from sidecar.adapters.http.headers import header_list, request_head, response_head
 from sidecar.adapters.http.replay import WATERMARK, RequestBody
 from sidecar.policy import Finish, Outcome, OutcomeClass, Reason
 
@@ -18,7 +18,7 @@ def head(headers, **kw):  # noqa: ANN001, ANN201
     kw.setdefault("deadline_header", b"x-yataxi-client-timeoutms")
     kw.setdefault("body_length", None)
     kw.setdefault("chunked", False)
-    return request_head(b"GET", b"/a?b=1", [header(n, v) for n, v in headers], **kw)
+    return request_head(b"GET", b"/a?b=1", header_list(headers), **kw)
 
 
 def test_request_head_drops_hop_by_hop_and_restates_framing() -> None:
@@ -74,7 +74,7 @@ def test_response_head_reframes_for_the_client() -> None:
         (b"Connection", b"close, X-Hop"),
         (b"X-Hop", b"1"),
     ]
-    up = [header(n, v) for n, v in up]
+    up = header_list(up)
     lines, chunked, keep = response_head(
         200, b"OK", up, length=None, with_body=True, client_version="1.1", keep_alive=True
     )

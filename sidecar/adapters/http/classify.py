@@ -12,13 +12,12 @@ response byte -> ``reset``. Per-try timeouts are the engine's own (it cancels th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
 from ...config import PolicyConfig
 from ...policy import Outcome, OutcomeClass
-from .headers import DEADLINE_EXPIRED_HEADER, Header
+from .headers import DEADLINE_EXPIRED_HEADER, Headers
 from .pushback import pushback
 
 C: Final = OutcomeClass
@@ -44,7 +43,7 @@ class HttpClassifier:
         header = cfg.pushback_header.lower().encode("latin-1") if cfg.pushback_header else None
         return cls(frozenset(cfg.overload_status), frozenset(cfg.retryable_status), header)
 
-    def response(self, status: int, headers: Iterable[Header], now_wall: float) -> Outcome:
+    def response(self, status: int, headers: Headers, now_wall: float) -> Outcome:
         """Classify a response head. ``now_wall``: the wall clock (for ``Retry-After`` dates)."""
         overload = status in self.overload
         if not overload and status not in self.retryable and status < 500:
@@ -56,7 +55,9 @@ class HttpClassifier:
         retry_after = millis = None
         expired = False
         pb_name = self.pushback_header
-        for low, _, value in headers:
+        for i in range(0, len(headers), 3):
+            low = headers[i]
+            value = headers[i + 2]
             if low == _RETRY_AFTER:
                 retry_after = value
             elif low == DEADLINE_EXPIRED_HEADER and value.strip():
@@ -77,9 +78,9 @@ class HttpClassifier:
         return Outcome(cls, pushback=hint, detail=str(status))
 
 
-def _deadline_expired(headers: Iterable[Header]) -> bool:
-    for low, _, value in headers:  # noqa: SIM110 - a loop costs one call, any(genexpr) one per header
-        if low == DEADLINE_EXPIRED_HEADER and value.strip():
+def _deadline_expired(headers: Headers) -> bool:
+    for i in range(0, len(headers), 3):
+        if headers[i] == DEADLINE_EXPIRED_HEADER and headers[i + 2].strip():
             return True
     return False
 

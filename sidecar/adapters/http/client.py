@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 import httptools
 from mypy_extensions import mypyc_attr
 
-from .headers import content_length, lower_name
+from .headers import Headers, add_header, content_length
 from .replay import RequestBody
 from .response import UpstreamResponse
 
@@ -96,7 +96,7 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         self.head_request = False
         self.got_bytes = False
         self.reason = b""
-        self.headers: list[tuple[bytes, bytes, bytes]] = []
+        self.headers: Headers = []
         self.informational = False
         self.body: RequestBody | None = None
         self.request_done = True
@@ -293,7 +293,7 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.response is None:  # after the head come trailers: not forwarded
-            self.headers.append((lower_name(name), name, value))
+            add_header(self.headers, name, value)
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -306,10 +306,12 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         self.keep_alive = self.parser.should_keep_alive()
         length: int | None = None
         chunked = False
-        for low, _, value in self.headers:
+        headers = self.headers
+        for i in range(0, len(headers), 3):
+            low = headers[i]
             if low == b"content-length":
-                length = content_length(value)
-            elif low == b"transfer-encoding" and b"chunked" in value.lower():
+                length = content_length(headers[i + 2])
+            elif low == b"transfer-encoding" and b"chunked" in headers[i + 2].lower():
                 chunked = True
         if chunked:
             length = None

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 import httptools
 
 from . import answers
-from .headers import content_length, lower_name
+from .headers import add_header, content_length
 from .replay import RequestBody
 from .request import IncomingRequest, refused
 from .response import UpstreamResponse
@@ -170,7 +170,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         assert req is not None
         if self.in_body:
             return  # trailers: not forwarded
-        req.headers.append((lower_name(name), name, value))
+        add_header(req.headers, name, value)
         req.head_size += len(name) + len(value) + 4
         if req.head_size > self.max_header_size:
             raise _HeadTooLarge
@@ -185,14 +185,16 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         length: int | None = 0
         expect = False
         connection = False
-        for n, _, value in req.headers:
+        headers = req.headers
+        for i in range(0, len(headers), 3):
+            n = headers[i]
             if n == b"content-length":
-                length = content_length(value)
+                length = content_length(headers[i + 2])
             elif n == b"transfer-encoding":
-                if b"chunked" in value.lower():
+                if b"chunked" in headers[i + 2].lower():
                     length = None
             elif n == b"expect":
-                expect = value.strip().lower() == b"100-continue"
+                expect = headers[i + 2].strip().lower() == b"100-continue"
             elif n == b"connection":
                 connection = True
         # Kept alive with no Connection header is HTTP/1.1 (1.0 needs ``Connection: keep-alive``); only

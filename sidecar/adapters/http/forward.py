@@ -26,7 +26,7 @@ from ...telemetry import RequestObserver
 from ...timers import Timers, timers_for
 from . import answers
 from .attempt import Attempter
-from .headers import request_head, response_head
+from .headers import find_header, request_head, response_head
 from .plan import Plan
 from .pool import Pool
 from .request import IncomingRequest
@@ -87,7 +87,7 @@ class Forwarder:
         if url[:1] == b"/" or url == b"*":
             target_url = url
             if self.router.routes:
-                host = _header(req.headers, b"host")
+                host = find_header(req.headers, b"host")
                 path = url.partition(b"?")[0].decode("latin-1")
                 target = self.router.route(host.decode("latin-1") if host else None, path)
             else:
@@ -324,10 +324,3 @@ class Forwarding(CallOwner):
             self.conn.close()
         self.obs.end(None if ok else "upstream response broke off")
         self._over()
-
-
-def _header(headers: list[tuple[bytes, bytes, bytes]], lname: bytes) -> bytes | None:
-    for low, _, value in headers:
-        if low == lname:
-            return value
-    return None

@@ -1,6 +1,7 @@
 """Header rules of a forwarding proxy (pure): what is hop-by-hop, the request head the upstream is sent,
-the response head the client is sent. Headers travel as ``(name, value)`` byte pairs in the order they
-came, each as ``(lowercased name, name, value)`` so that names are lowered once, when parsed.
+the response head the client is sent. Headers travel in the order they came as one flat list
+(:data:`Headers`: lowercased name, name as received, value, for each header in turn), so that names are
+lowered once, when parsed, and no tuple is made per header.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from typing import Final
 
-Header = tuple[bytes, bytes, bytes]  # (lowercased name, name as received, value)
+#: Headers in the order they came, flat: each header is three entries (lowercased name, name as received,
+#: value), so that names are lowered once and no tuple is made per header. Walk with ``range(0, len, 3)``.
+Headers = list[bytes]
 
 #: RFC 9110 7.6.1 connection-specific fields, plus the legacy ones proxies still meet.
 HOP_BY_HOP: Final = frozenset(
@@ -80,15 +83,34 @@ def _line(lines: list[bytes], name: bytes, value: bytes) -> None:
     lines.append(b"\r\n")
 
 
-def header(name: bytes, value: bytes) -> Header:
-    return (lower_name(name), name, value)
+def add_header(headers: Headers, name: bytes, value: bytes) -> None:
+    headers.append(lower_name(name))
+    headers.append(name)
+    headers.append(value)
 
 
-def connection_tokens(headers: Iterable[Header]) -> frozenset[bytes]:
+def header_list(pairs: Iterable[tuple[bytes, bytes]]) -> Headers:
+    """``[(name, value), ...]`` as :data:`Headers`."""
+    out: Headers = []
+    for name, value in pairs:
+        add_header(out, name, value)
+    return out
+
+
+def find_header(headers: Headers, lname: bytes) -> bytes | None:
+    """The value of the first header named ``lname`` (lowercase)."""
+    for i in range(0, len(headers), 3):
+        if headers[i] == lname:
+            return headers[i + 2]
+    return None
+
+
+def connection_tokens(headers: Headers) -> frozenset[bytes]:
     """The lowercased options of every ``Connection`` header (``close``, ``keep-alive``, header names)."""
     out: set[bytes] = set()
-    for low, _, value in headers:
-        if low == b"connection":
+    for i in range(0, len(headers), 3):
+        if headers[i] == b"connection":
+            value = headers[i + 2]
             plain = _PLAIN_CONNECTION.get(value)
             if plain is not None:
                 out.add(plain)
@@ -97,11 +119,11 @@ def connection_tokens(headers: Iterable[Header]) -> frozenset[bytes]:
     return frozenset(out)
 
 
-def _nominated(headers: list[Header]) -> frozenset[bytes] | None:
+def _nominated(headers: Headers) -> frozenset[bytes] | None:
     """The header names that ``Connection`` headers nominate as hop-by-hop; ``None`` for none (the usual
     ``Connection: keep-alive`` or ``close`` names no header, so no set is built for it)."""
-    for low, _, value in headers:
-        if low == b"connection" and value not in _PLAIN_CONNECTION:
+    for i in range(0, len(headers), 3):
+        if headers[i] == b"connection" and headers[i + 2] not in _PLAIN_CONNECTION:
             return connection_tokens(headers)
     return None
 
@@ -145,7 +167,7 @@ def _drop_set(deadline_header: bytes, replace_trace: bool) -> frozenset[bytes]:
 def request_head(
     method: bytes,
     target: bytes,
-    headers: list[Header],
+    headers: Headers,
     *,
     client_ip: bytes,
     deadline_header: bytes,
@@ -174,7 +196,9 @@ def request_head(
     trace: dict[str, str] | None = None
     xff: list[bytes] | None = None  # earlier proxies' X-Forwarded-For values
     proto = False
-    for low, name, value in headers:
+    for i in range(0, len(headers), 3):
+        low = headers[i]
+        value = headers[i + 2]
         if low in drop:
             if low == b"host":
                 if client_host is None:
@@ -192,7 +216,7 @@ def request_head(
             continue
         if low == b"x-forwarded-proto":
             proto = True
-        _line(lines, name, value)
+        _line(lines, headers[i + 1], value)
     if authority is not None:
         host = authority
     elif client_host is not None and not is_self(client_host):
@@ -243,7 +267,7 @@ def _status_line(status: int, reason: bytes) -> bytes:
 def response_head(
     status: int,
     reason: bytes,
-    headers: list[Header],
+    headers: Headers,
     *,
     length: int | None,
     with_body: bool,
@@ -256,10 +280,11 @@ def response_head(
     chunked to an HTTP/1.1 client, and to an HTTP/1.0 client ends with the connection."""
     lines = [_status_line(status, reason)]
     nominated = _nominated(headers)
-    for low, name, value in headers:
+    for i in range(0, len(headers), 3):
+        low = headers[i]
         if low in HOP_BY_HOP or (nominated is not None and low in nominated):
             continue
-        _line(lines, name, value)
+        _line(lines, headers[i + 1], headers[i + 2])
     chunked = False
     if with_body and length is None:
         if client_version == "1.1":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from .headers import Headers
 from .replay import RequestBody
 
 IDEMPOTENT: Final = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
@@ -29,7 +30,7 @@ class IncomingRequest:
         self.method = b""
         self.url = b""
         self.version = "1.1"
-        self.headers: list[tuple[bytes, bytes, bytes]] = []  # (lowercased name, name, value)
+        self.headers: Headers = []  # flat: lowercased name, name, value (headers.Headers)
         self.keep_alive = True
         self.body: RequestBody | None = None
         self.expect_continue = False

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from .headers import Header
+from .headers import Headers
 
 if TYPE_CHECKING:
     from .client import UpstreamConnection
@@ -45,7 +45,7 @@ class UpstreamResponse:
         self,
         status: int,
         reason: bytes,
-        headers: list[Header],
+        headers: Headers,
         length: int | None,
         chunked: bool,
         no_body: bool,
