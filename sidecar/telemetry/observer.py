@@ -126,6 +126,8 @@ class RequestObserver(CallObserver):
             self.span.set_attribute(key, value)
 
     def set_attempt_attribute(self, attempt: int, key: str, value: Any) -> None:
+        if not self.attempt_spans:
+            return
         span = self.attempt_spans.get(attempt)
         if span is not None:
             span.set_attribute(key, value)

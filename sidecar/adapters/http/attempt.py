@@ -202,7 +202,8 @@ class Attempter(CallbackAttempter):
                 pool.release(conn)
                 ctx.done(NO_TIME_LEFT)
                 return
-            lines += (self.plan.deadline_name, b": ", str(ms).encode(), b"\r\n")
+            lines.append(self.plan.deadline_prefix)
+            lines.append(b"%d\r\n" % ms)
         headers = ctx.headers
         if headers:
             for name, value in headers.items():

@@ -61,6 +61,8 @@ class Forwarder:
         self.plans: dict[int, Plan] = {}  # by id(target): the router's targets are a fixed set
         self._self_hosts: dict[bytes, bool] = {}
         self.is_self = self._is_self  # bound once, not per request
+        self._last_target: Target | None = None
+        self._last_plan: Plan | None = None
 
     def plan(self, target: Target) -> Plan:
         plan = self.plans.get(id(target))
@@ -84,7 +86,7 @@ class Forwarder:
         """Start forwarding ``req``; ``conn.request_done(req)`` follows once it is answered (perhaps at once)."""
         url = req.url
         authority: bytes | None = None
-        if url[:1] == b"/" or url == b"*":
+        if (url and url[0] == 47) or url == b"*":  # origin-form ("/..."; url[0] is an int, no slice made)
             target_url = url
             if self.router.routes:
                 host = find_header(req.headers, b"host")
@@ -113,7 +115,12 @@ class Forwarder:
             target = found
             target_url = (u.path or b"/") + (b"?" + u.query if u.query else b"")
             authority = u.host if u.port is None else b"%s:%d" % (u.host, u.port)
-        plan = self.plans.get(id(target)) or self.plan(target)
+        last = self._last_plan
+        if target is self._last_target and last is not None:  # most requests go where the one before went
+            plan = last
+        else:
+            plan = self.plans.get(id(target)) or self.plan(target)
+            self._last_target, self._last_plan = target, plan
         body = req.body
         rh = request_head(
             req.method,
@@ -129,7 +136,7 @@ class Forwarder:
         )
         timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None
         deadline = req.began + (timeout if timeout is not None else plan.default_deadline)
-        method = _METHODS.get(req.method) or req.method.decode("latin-1")
+        method = "GET" if req.method == b"GET" else _METHODS.get(req.method) or req.method.decode("latin-1")
         attrs: dict[str, str | int] | None = None
         if self.tracing:  # span attributes cost only when there are spans
             attrs = {

@@ -24,6 +24,7 @@ class Plan:
         "classifier",
         "deadline_lname",
         "deadline_name",
+        "deadline_prefix",
         "expired_status",
         "default_deadline",
         "retry_non_idempotent",
@@ -48,6 +49,7 @@ class Plan:
         self.classifier = HttpClassifier.from_policy(cfg)
         self.deadline_name = cfg.deadline.header.encode("latin-1")
         self.deadline_lname = self.deadline_name.lower()
+        self.deadline_prefix = self.deadline_name + b": "
         self.expired_status = cfg.deadline.expired_status
         self.default_deadline = policy.engine.deadline
         self.retry_non_idempotent = (
