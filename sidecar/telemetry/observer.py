@@ -199,7 +199,7 @@ class RequestObserver(CallObserver):
 
     def attempt_ended(self, attempt: int, outcome: Outcome) -> None:
         self.meters.attempt(outcome.cls)
-        span = self.attempt_spans.get(attempt)
+        span = self.attempt_spans.get(attempt) if self.attempt_spans else None
         if span is not None:
             span.set_attribute("sidecar.outcome", outcome.cls.value)
             if outcome.detail:
