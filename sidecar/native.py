@@ -15,7 +15,19 @@ Writing code in these modules (the tests run them compiled under ``make test``):
   return value;
 - a dataclass or ``NamedTuple`` keeps an interpreted constructor: for objects made per request use a plain
   class with ``__slots__``, or ``policy.record.Record``;
-- a compiled class cannot be subclassed by interpreted code (tests wrap one instead).
+- a compiled class cannot be subclassed by interpreted code (tests wrap one instead), unless it is marked
+  ``@mypyc_attr(allow_interpreted_subclasses=True)``: the interfaces adapters and tests implement
+  (``runtime.CallbackAttempter``, ``CallObserver``, ``CallOwner``, ``policy.EndpointPicker``, the HTTP
+  client's ``Exchange``) are such base classes, not Protocols, because a call through a Protocol-typed
+  attribute is a generic method lookup while a call through a native base class is direct;
+- what the code reads on every request should not be a lookup: a module-level name is a dictionary
+  lookup unless it is ``Final`` (then a C static); ``Enum.MEMBER``, ``module.function`` and
+  ``dict.pop`` are attribute or method lookups each time (hot paths keep ``Final`` aliases:
+  ``_DEADLINE: Final = Reason.DEADLINE``); ``isinstance`` narrows a union so its fields are read from the
+  struct, where ``type(x) is C`` leaves it ``Any``. A ``Final`` used as a default argument is left unset
+  by mypyc 2.4 (``NameError`` at run time): ``telemetry.metrics.LATENCY_BUCKETS`` stays plain;
+- measure a change with ``bench/http_instructions.py`` (callgrind, instructions per request: exact to the
+  per cent) before ``bench/http_overhead.py`` (time: noisy on a shared machine).
 
 This file is read by ``setup.py`` without importing the package: keep it free of imports.
 """
