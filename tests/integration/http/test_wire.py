@@ -116,6 +116,23 @@ async def test_http_1_0_client_gets_a_close_delimited_body(upstream) -> None:
     assert len(body) == 70000
 
 
+async def test_http_1_0_keep_alive_client_is_told_and_kept(upstream) -> None:
+    # The version is only asked of the parser when a request is not plainly HTTP/1.1 (kept alive without a
+    # Connection header): an HTTP/1.0 client asking for keep-alive must still be answered as one.
+    async with sidecar(config([upstream.endpoint])) as sc:
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        try:
+            for _ in range(2):
+                writer.write(b"GET /bytes/10 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+                head = await reader.readuntil(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 200") and b"Connection: keep-alive\r\n" in head
+                assert b"Transfer-Encoding" not in head  # no chunked framing for an HTTP/1.0 client
+                assert len(await reader.readexactly(10)) == 10
+        finally:
+            writer.close()
+    assert len(upstream.received) == 2
+
+
 async def test_hop_by_hop_headers_are_dropped_and_forwarding_headers_added(client, upstream) -> None:
     async with sidecar(config([upstream.endpoint])) as sc:
         headers = {
