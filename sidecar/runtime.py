@@ -359,8 +359,8 @@ class Driver:
             self.finish = Finish(Reason.INTERNAL, None, None, 0)
         try:
             self.observer.finished(self.finish)
-        except Exception:
-            pass
+        except Exception:  # the observer may be what failed: it was logged above
+            log.debug("the observer could not record the internal error either")
         live, self.live = self.live, 0
         for n in range(live.bit_length()):
             if live & (1 << n):
