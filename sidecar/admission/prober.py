@@ -11,8 +11,9 @@ with ``EMA(stable, current) = current x ema_weight + stable x (1 - ema_weight)``
 
 Where the seed is loose, this follows the server's own source (``throughput_probing.cpp``) or says why not:
 
-- Concurrency is whole tickets: a target is rounded to the nearest integer, halves up (``std::round``). A probe that would round to the
-  current concurrency moves it by one ticket instead (as the server does), else a small pool never probes.
+- Concurrency is whole tickets: a target is rounded to the nearest integer, halves up (``std::round``). A
+  probe that would round to the current concurrency moves it by one ticket instead (as the server does),
+  else a small pool never probes.
 - ``min`` and ``max`` bound the concurrency, reads plus writes (issue 12's ``initial``, ``min`` and ``max``
   count both): the pseudocode compares that sum against them, while its ``setConcurrency`` clamps each pool,
   which cannot both hold. The clamped total is then split by ``read_write_ratio``, each pool keeping at least

@@ -78,6 +78,11 @@ class TicketPool:
     def available(self) -> int:
         return max(0, self.limit - self.in_use)
 
+    def exempt(self) -> None:
+        """Count an attempt that took no ticket (an exempt operation: it releases resources or keeps the
+        system observable, the seed's ``kExempt``)."""
+        self.stats.exempted += 1
+
     def _grant(self) -> None:
         self.in_use += 1
         if self.in_use > self._peak:

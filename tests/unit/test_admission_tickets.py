@@ -84,7 +84,10 @@ def test_an_interrupted_waiter_leaves_the_line():
     assert not p.cancel(a.waiter)
     assert p.release() == b.waiter
     assert not p.cancel(b.waiter)  # granted: the caller must release its ticket
+    p.exempt()  # an exempt attempt takes nothing, and is counted
+    assert (p.in_use, p.queued) == (1, 0)
     counts = p.stats.counts()
+    assert counts[Count.EXEMPTED] == 1
     assert counts[Count.INTERRUPTED_IN_QUEUE] == 1
     assert counts[Count.REMOVED_FROM_QUEUE] == 2
     assert counts[Count.SUCCESSFUL] == 2
