@@ -7,6 +7,7 @@ wait until a given time, reject with a reason and when to come back).
 """
 
 from .bucket import RateLimiter
+from .concurrency import EndpointConcurrency
 from .decision import Decision, Verdict
 from .prober import ProbeSpec, ProbeState, ThroughputProber, split_concurrency
 from .reasons import Count, Rejection
@@ -17,6 +18,7 @@ __all__ = [
     "AdmissionStats",
     "Count",
     "Decision",
+    "EndpointConcurrency",
     "Kind",
     "ProbeSpec",
     "ProbeState",

@@ -270,3 +270,40 @@ def test_a_queued_wait_never_exceeds_max_wait_nor_the_deadline(rate, burst, gaps
             b.admit_queued(d.waiter)  # (admitted early: only the decision is under test)
         elif d.rejected:
             assert d.at > now
+
+
+@FAST
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.0, 0.5),  # time since the previous step
+            st.sampled_from(["acquire", "try", "reconfigure", "interrupt", "admit"]),
+            RATES,
+            BURSTS,
+        ),
+        max_size=150,
+    )
+)
+def test_reconfiguring_never_loses_a_waiter_nor_overfills_the_bucket(steps):
+    b = RateLimiter(rate=10, burst=1, now=0.0, max_queue=10, max_wait=3.0)
+    now = 0.0
+    waiting: list[int] = []
+    for gap, op, rate, burst in steps:
+        now += gap
+        if op == "acquire":
+            d = b.acquire(now)
+            if d.queued:
+                waiting.append(d.waiter)
+        elif op == "try":
+            assert not b.try_acquire(now).queued
+        elif op == "reconfigure":
+            before = b.balance(now)
+            b.reconfigure(now, rate, burst)
+            # borrowed tokens stay owed; banked ones are kept up to the new capacity
+            assert b.balance(now) == pytest.approx(min(before, b.capacity), abs=1e-9)
+        elif op == "interrupt" and waiting:
+            b.interrupt(waiting.pop())
+        elif op == "admit" and waiting:
+            b.admit_queued(waiting.pop(0))
+        assert b.available(now) <= b.capacity
+        assert b.queued == len(waiting)

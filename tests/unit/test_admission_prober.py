@@ -8,7 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.admission import Kind, ProbeSpec, ProbeState, ThroughputProber, TicketPools, split_concurrency
+from sidecar.admission import (
+    EndpointConcurrency,
+    Kind,
+    ProbeSpec,
+    ProbeState,
+    ThroughputProber,
+    split_concurrency,
+)
 
 FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -138,16 +145,28 @@ def test_the_maximum_bounds_the_climb():
 
 
 def test_probed_limits_drive_real_pools_without_stranding_waiters():
-    """The loop the wiring will run each interval: the pools' report in, the prober's limits out."""
-    p = ThroughputProber(ProbeSpec(initial=4, min=2, max=16), now=0.0)
-    pools = TicketPools(*p.limits, max_queue=100, max_wait=10.0)
-    waiters = [pools.read.acquire(0.0) for _ in range(6)]
+    """The loop the wiring runs each interval: the pools' report in, the prober's limits out, and the waiters
+    a larger limit grants handed back."""
+    c = EndpointConcurrency(ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=True, max_queue=100, max_wait=10)
+    waiters = [c.pools.read.acquire(0.0) for _ in range(6)]
     assert [w.admitted for w in waiters] == [True, True, False, False, False, False]
-    returned, exhausted = pools.take_interval()
-    assert p.run(0.1, returned, exhausted) is UP
-    granted = pools.set_limits(*p.limits)  # 4 x 1.1 rounds to 4: one more ticket, a read (half up)
-    assert p.limits == (3, 2)
+    granted = c.on_interval(0.1)  # exhausted: 4 x 1.1 rounds to 4, so one more ticket, a read (half up)
+    assert (c.probe_state, c.pools.read.limit, c.pools.write.limit) == (UP, 3, 2)
     assert granted == [(Kind.READ, waiters[2].waiter)]
+    for _ in range(3):
+        c.pools.read.release()  # throughput: 30 tickets/s, up from 0
+    assert c.on_interval(0.2) == []  # the probe found more throughput: EMA 4 x .8 + 5 x .2 = 4.2 -> 4
+    assert (c.probe_state, c.prober.stable_concurrency) == (S, pytest.approx(4.2))  # type: ignore[union-attr]
+    assert (c.pools.read.limit, c.pools.write.limit, c.pools.read.in_use) == (2, 2, 3)  # drains to 2
+
+
+def test_fixed_limits_never_move():
+    c = EndpointConcurrency(ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=False, max_queue=10, max_wait=1)
+    for _ in range(3):
+        c.pools.write.acquire(0.0)
+    for i in range(1, 20):
+        assert c.on_interval(i / 10) == []
+        assert (c.probe_state, c.pools.read.limit, c.pools.write.limit) == (S, 2, 2)
 
 
 @FAST
