@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import bson
 from bson import CodecOptions
@@ -53,9 +53,7 @@ from ...runtime import Delivery
 from . import wire
 from .classify import OVERLOADED_LABEL, RETRYABLE_LABEL, RETRYABLE_WRITE_LABEL, Failure, labels_of
 from .commands import Command
-
-if TYPE_CHECKING:
-    from .request import Shared
+from .topology import Topology
 
 _KEEP_TYPES = CodecOptions(document_class=dict, tz_aware=True)
 STRIPPED = frozenset({RETRYABLE_LABEL, RETRYABLE_WRITE_LABEL})
@@ -143,9 +141,10 @@ def ok_doc() -> bytes:
 
 
 def for_finish(
-    up: Shared, cmd: Command, msg: wire.Msg, delivery: Delivery
+    topology: Topology, upstream: str, keep_labels: bool, cmd: Command, msg: wire.Msg, delivery: Delivery
 ) -> tuple[bytes | None, str | None]:
-    """The body to send the app, and the error (for the request span) if it is not a success."""
+    """The body to send the app, and the error (for the request span) if it is not a success.
+    ``keep_labels``: the policy's ``final_error_labels: keep``."""
     f = delivery.finish
     payload = delivery.payload
     if f.reason is Reason.CANCELLED or msg.more_to_come:
@@ -157,14 +156,14 @@ def for_finish(
     if f.reason is Reason.INTERNAL:
         return error_doc(1, "InternalError", "retry-sidecar: internal error (logged)"), "internal-error"
     if f.reason is Reason.NO_ENDPOINT:
-        return no_server_doc(up.topology.describe_unselectable(cmd.read_preference)), "no-endpoint"
+        return no_server_doc(topology.describe_unselectable(cmd.read_preference)), "no-endpoint"
     if payload is None:  # the attempt failed inside the sidecar (logged by the runtime)
         detail = f.outcome.detail if f.outcome is not None else f.reason.value
         return error_doc(1, "InternalError", f"retry-sidecar: {detail}"), detail
     retried_by_sidecar = not cmd.in_transaction
-    strip = retried_by_sidecar and not up.keep_labels
+    strip = retried_by_sidecar and not keep_labels
     if isinstance(payload, Failure):
-        doc = failure_doc(payload, cmd, up.name, f.attempts, keep=not strip)
+        doc = failure_doc(payload, cmd, upstream, f.attempts, keep=not strip)
         return doc, f.outcome.detail if f.outcome is not None else payload.message
     body = payload.msg.body
     if strip and labels_of(payload.body):

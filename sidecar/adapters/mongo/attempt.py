@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bson.errors import InvalidBSON
 from bson.raw_bson import RawBSONDocument
@@ -23,10 +23,8 @@ from . import wire
 from .classify import Failure, classify_failure, classify_reply
 from .commands import RAW, Command
 from .patch import PatchError, set_number
-from .upstream import ConnectFailure
-
-if TYPE_CHECKING:
-    from .request import Shared
+from .topology import Topology
+from .upstream import ConnectFailure, Pools
 
 #: Codes after which the server is no longer what the topology thinks (not primary, shutting down).
 _STATE_CHANGE = frozenset({10107, 13435, 13436, 189, 11602, 10058, 91, 11600})
@@ -44,10 +42,20 @@ class Reply:
 class Attempt:
     """The attempter for one command (see ``sidecar.runtime.Attempter``)."""
 
-    __slots__ = ("up", "cmd", "msg", "obs")
+    __slots__ = ("pools", "topology", "selection_timeout", "cmd", "msg", "obs")
 
-    def __init__(self, up: Shared, cmd: Command, msg: wire.Msg, obs: RequestObserver) -> None:
-        self.up = up
+    def __init__(
+        self,
+        pools: Pools,
+        topology: Topology,
+        selection_timeout: float,
+        cmd: Command,
+        msg: wire.Msg,
+        obs: RequestObserver,
+    ) -> None:
+        self.pools = pools
+        self.topology = topology
+        self.selection_timeout = selection_timeout
         self.cmd = cmd
         self.msg = msg
         self.obs = obs
@@ -64,19 +72,19 @@ class Attempt:
         return rid, wire.encode_msg(rid, 0, msg.flags & wire.MORE_TO_COME, sections), max_time
 
     async def send(self, sa: SendAttempt, ctx: AttemptContext) -> AttemptResult:
-        up, cmd = self.up, self.cmd
+        cmd, topology = self.cmd, self.topology
         try:
             rid, message, max_time = self._message(sa)
         except PatchError as e:  # bson already read the body whole, so this is not expected
             f = Failure("request", f"cannot set maxTimeMS on this command: {e}")
             return AttemptResult(Outcome(OutcomeClass.FATAL, detail=f.message), f)
-        pool = up.pools.get(sa.endpoint)
+        pool = self.pools.get(sa.endpoint)
         try:
             conn = await pool.acquire()
         except ConnectFailure as e:
             f = Failure(e.stage, e.message)
             if e.stage == "connect":  # unreachable: route around it until its monitor sees it again
-                up.topology.mark_unknown(sa.endpoint, e.message)
+                topology.mark_unknown(sa.endpoint, e.message)
                 await self._await_topology(sa)
             return AttemptResult(classify_failure(f, cmd), f)
         try:
@@ -95,7 +103,7 @@ class Attempt:
             pool.discard(conn)
             pool.clear()
             f = Failure("network", _describe(e))
-            up.topology.request_check(sa.endpoint)
+            topology.request_check(sa.endpoint)
             await self._await_topology(sa)
             return AttemptResult(classify_failure(f, cmd), f)
         pool.release(conn)
@@ -105,18 +113,18 @@ class Attempt:
             if code is not None:
                 self.obs.set_attempt_attribute(sa.attempt, "db.response.status_code", str(code))
             if code in _STATE_CHANGE:
-                up.topology.mark_unknown(sa.endpoint, f"answered code {code}")
+                topology.mark_unknown(sa.endpoint, f"answered code {code}")
                 await self._await_topology(sa)
         return AttemptResult(outcome, Reply(sa.endpoint, reply, body))
 
     async def _await_topology(self, sa: SendAttempt) -> None:
         """After a server failed or stepped down, report the result once the topology can route the next
         attempt (a new primary is known), so that a retry does not go back to where it failed."""
-        up = self.up
-        if up.topology.replica_set is None:
+        topology = self.topology
+        if topology.replica_set is None:
             return
-        limit = min(sa.timeout, up.server_selection_timeout)
-        await up.topology.wait_selectable(self.cmd.read_preference, limit)
+        limit = min(sa.timeout, self.selection_timeout)
+        await topology.wait_selectable(self.cmd.read_preference, limit)
 
     def discard(self, payload: Any) -> None:
         pass  # replies are read whole and their connections already returned

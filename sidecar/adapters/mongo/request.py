@@ -87,9 +87,11 @@ async def forward(up: Shared, msg: wire.Msg, cmd: Command) -> bytes | None:
         picker=TopologyPicker(up.runtime.balancer, lambda: topology.eligible(rp)),
     )
     with obs:
-        delivery = await drive(call, Attempt(up, cmd, msg, obs), obs)
+        delivery = await drive(
+            call, Attempt(up.pools, topology, up.server_selection_timeout, cmd, msg, obs), obs
+        )
         _remember(up, cmd, delivery, now)
-        body, error = for_finish(up, cmd, msg, delivery)
+        body, error = for_finish(topology, up.name, up.keep_labels, cmd, msg, delivery)
         obs.end(error)
         return body
 
