@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from ...policy.deadline import MAX_TIMEOUT_S, parse_timeout_ms
-from ...runtime import drive
+from ...runtime import Driver, drive
 from ...services import Services, UpstreamRuntime
 from .answer import Answer, answer
 from .call import Attempter
@@ -52,10 +52,12 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     pc = compiled.config
     incoming = [(m.key, m.value) for m in context.invocation_metadata() or ()]
     received = _received_timeout(context, incoming, pc.deadline.header)
-    timeout = received if received is not None else compiled.engine.deadline
+    # The client's deadline: what it sent, capped by the service config's timeout (which a direct channel
+    # would have applied as the call's deadline). Without either, the policy's default is the sidecar's own.
+    timeout = received
     if route.timeout_cap is not None:
-        timeout = min(timeout, route.timeout_cap)
-    deadline = loop.time() + timeout if math.isfinite(timeout) else math.inf
+        timeout = route.timeout_cap if timeout is None else min(timeout, route.timeout_cap)
+    deadline = loop.time() + timeout if timeout is not None and math.isfinite(timeout) else math.inf
     obs = services.telemetry.request(
         listener=shared.listener,
         upstream=shared.upstream.name,
@@ -69,8 +71,21 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     stream: RequestStream | None = None
     try:
         limit = pc.replay_buffer if pc.replay_buffer is not None else DEFAULT_REPLAY_BUFFER
-        stream = RequestStream(context.read, limit, lambda over: over and obs.buffer_exceeded())
-        call = services.new_call(compiled, shared.upstream, deadline=deadline, replayable=True)
+        drivers: list[Driver] = []  # the one driver, once drive() made it
+        stream = RequestStream(
+            context.read,
+            limit,
+            on_seal=lambda over: over and obs.buffer_exceeded(),
+            # the client half-closed and its whole request went upstream: per-try timers, own deadline start
+            on_complete=lambda: drivers[0].request_complete(),
+        )
+        call = services.new_call(
+            compiled,
+            shared.upstream,
+            deadline=deadline,
+            default_timeout=compiled.engine.deadline,
+            request_complete=False,
+        )
         down = Downstream(context, call, stream)
         attempter = Attempter(
             channels=shared.channels,
@@ -82,7 +97,7 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
             observer=obs,
             deadline_header=pc.deadline.header if _has(incoming, pc.deadline.header) else None,
         )
-        delivery = await drive(call, attempter, obs)
+        delivery = await drive(call, attempter, obs, drivers.append)
         await down.close()  # grpc sends the status when we return: nothing may be in flight beside it
         ans = answer(
             delivery.finish,
