@@ -99,7 +99,9 @@ class GrpcUpstream:
     async def wait_requests(self, call: int, n: int) -> list[bytes]:
         """Until call ``call`` (0-based) has received ``n`` request messages."""
         async with self._arrived:
-            await self._arrived.wait_for(lambda: len(self.calls) > call and len(self.calls[call].requests) >= n)
+            await self._arrived.wait_for(
+                lambda: len(self.calls) > call and len(self.calls[call].requests) >= n
+            )
         return self.calls[call].requests
 
     async def wait_calls(self, n: int) -> list[Seen]:
