@@ -1,6 +1,6 @@
 """The gRPC listener: a ``grpc.aio`` server with one catch-all generic handler that forwards any method as
 raw bytes, whatever its shape (unary, server-, client- or bidi-streaming): every call is served as a
-bidirectional stream and forwarded as ``proxy.py`` decides."""
+bidirectional stream and forwarded as ``request.py`` decides."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ...config import GrpcListenerConfig, UpstreamConfig
 from ...config.grpc_service_config import parse as parse_service_config
 from ...config.units import split_host_port
 from ...services import Services
-from .proxy import Shared, proxy
+from .request import Shared, proxy
 from .routing import MethodRoutes
 from .upstream import Channels
 
