@@ -231,6 +231,8 @@ class HttpListenerConfig(ListenerBase):
 class GrpcListenerConfig(ListenerBase):
     protocol: Literal["grpc"]
     method_policies: dict[str, str] = {}
+    #: A deadline cap per method key, as a service config's ``timeout`` (filled from ``service_config``).
+    method_timeouts: dict[str, Duration] = {}
     service_config: dict[str, Any] | str | None = None
     max_message_size: Size = 4 * 1024 * 1024
 

@@ -10,7 +10,6 @@ import logging
 import grpc
 
 from ...config import GrpcListenerConfig, UpstreamConfig
-from ...config.grpc_service_config import parse as parse_service_config
 from ...config.units import split_host_port
 from ...services import Services
 from .request import Shared, proxy
@@ -56,16 +55,13 @@ class GrpcListener:
     def __init__(self, config: GrpcListenerConfig, services: Services) -> None:
         self.name = config.name
         self.config = config
-        if config.upstream not in services.upstreams:
-            raise ValueError(f"listener {config.name!r}: no upstream named {config.upstream!r}")
-        upstream = services.upstream(config.upstream)
-        sc = parse_service_config(config.service_config, f"listener {config.name}", [])
+        upstream = services.upstream(config.upstream)  # the loader checked every name
         policy = config.policy or "grpc-a6"
         self.shared = Shared(
             listener=config.name,
             services=services,
             upstream=upstream,
-            routes=MethodRoutes(config.method_policies, policy, sc.timeouts() if sc else {}),
+            routes=MethodRoutes(config.method_policies, policy, config.method_timeouts),
             channels=_channels(config, upstream.config),
             classifiers={},
         )
