@@ -99,7 +99,7 @@ class Forwarder:
                 u: Any = httptools.parse_url(url)  # its fields may be None, whatever its stubs say
             except httptools.HttpParserInvalidURLError:
                 return self._refuse(req, conn, 400, "malformed request target")
-            if u.schema != b"http" or not u.host:
+            if not u.schema or u.schema.lower() != b"http" or not u.host:  # RFC 9110 4.2.3: any case
                 return self._refuse(req, conn, 403, "only http:// targets can be proxied")
             port = u.port or 80
             hostname = u.host.decode("latin-1")
@@ -128,7 +128,7 @@ class Forwarder:
             req.headers,
             client_ip=conn.client_ip,
             deadline_header=plan.deadline_lname,
-            body_length=None if body is None else body.length,
+            body_length=(0 if req.zero_length else None) if body is None else body.length,
             chunked=body is not None and body.chunked,
             authority=authority,
             is_self=self.is_self,
@@ -249,7 +249,9 @@ class Forwarding(CallOwner):
             return
         resp, self.response = self.response, None
         if resp is not None:
+            resp.pipe = None  # what the upstream connection says as it is dropped is not news
             resp.abort()
+            log.info("client went away before its response was complete")
             self.obs.end("client went away")
 
     def finished(self, finish: Finish, payload: Any) -> None:
