@@ -170,6 +170,9 @@ class Forwarder:
         replayable = body is None or body.replayable
         if not replayable:
             obs.buffer_exceeded()
+        # Envoy's rule: the per-try timeout and the sidecar's own deadline start once the whole request is
+        # upstream; an upload still arriving is not the upstream's time (the client's deadline still counts).
+        complete = body is None or body.complete
         call = self.services.new_call(
             plan.policy,
             plan.upstream,
@@ -177,9 +180,13 @@ class Forwarder:
             default_timeout=plan.default_deadline,
             retry_on=None if may_retry else plan.connect_only,
             replayable=replayable,
+            request_complete=complete,
         )
         attempter = Attempter(conn.loop, plan, req, obs, rh.head, rh.host is None, may_retry)
         fwd = Forwarding(self, req, conn, obs, attempter)
+        if not complete:
+            assert body is not None
+            body.on_complete = fwd.body_complete
         conn.active = fwd
         timers = self.timers
         if timers is None:
@@ -220,7 +227,7 @@ class Forwarder:
 class Forwarding(CallOwner):
     """One request between ``begin`` and its complete answer."""
 
-    __slots__ = ("forwarder", "req", "conn", "obs", "attempter", "driver", "response")
+    __slots__ = ("forwarder", "req", "conn", "obs", "attempter", "driver", "response", "stalled")
 
     def __init__(
         self,
@@ -237,6 +244,7 @@ class Forwarding(CallOwner):
         self.attempter = attempter
         self.driver: Driver | None = None
         self.response: UpstreamResponse | None = None  # being streamed to the client
+        self.stalled = 0.0  # the request body stalled for this many seconds: answered 408
 
     def _over(self) -> None:
         """The answer is complete: on to the connection's next request. The references that tie this
@@ -244,6 +252,22 @@ class Forwarding(CallOwner):
         self.driver = None
         self.attempter.ctx = None
         self.conn.request_done(self.req)
+
+    def body_complete(self) -> None:
+        """The client's whole body has arrived and gone to the attempts in flight: their clocks start."""
+        driver = self.driver
+        if driver is not None and driver.finish is None:
+            driver.request_complete()
+
+    def body_stalled(self, timeout: float) -> None:
+        """Nothing of the request body came for ``request_body_timeout``: abandon the attempts, answer 408,
+        close (the rest of the body will not be read)."""
+        driver = self.driver
+        if driver is None or driver.finish is not None:
+            self.conn.close()  # answered already: the connection cannot carry another request
+            return
+        self.stalled = timeout
+        driver.client_gone()  # -> finished(cancelled), answered 408 there
 
     def client_gone(self) -> None:
         """The client disconnected: stop the attempts, or the response being streamed."""
@@ -271,7 +295,15 @@ class Forwarding(CallOwner):
         if finish.reason is _CANCELLED:
             if payload is not None:
                 self.attempter.discard(payload)
-            obs.end("client went away")
+            if self.stalled:
+                why = f"request body stalled for request_body_timeout ({self.stalled:g}s)"
+                self.forwarder.listener.refused(408)
+                conn.closing = True
+                self.forwarder._answer(req, conn, answers.text(408, why))
+                obs.set_attribute("http.response.status_code", 408)
+                obs.end(why)
+            else:
+                obs.end("client went away")
             self._over()
             return
         resp = payload

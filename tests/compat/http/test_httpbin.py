@@ -8,13 +8,15 @@ import os
 import shutil
 import socket
 import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import requests
 
-from .conftest import Sidecar, echoed, end_to_end, raw_exchange
+from .conftest import Sidecar, echoed, end_to_end, raw_exchange, sidecar_config
 
 
 def both(method: str, path: str, httpbin: str, sidecar: Sidecar, **kw: Any) -> tuple[requests.Response, ...]:
@@ -259,3 +261,61 @@ def test_a_client_deadline_is_honoured_and_propagated(httpbin: str, sidecar: Sid
         sidecar.url("bin") + "/delay/5", headers={"X-YaTaxi-Client-TimeoutMs": "200"}, timeout=20
     )
     assert r.status_code == 498 and r.headers["X-YaTaxi-Deadline-Expired"] == "1"
+
+
+@pytest.fixture(scope="module")
+def hurried(httpbin: str) -> Iterator[Sidecar]:
+    """A sidecar whose per-try timeout (300 ms) and default deadline (600 ms) are far shorter than the slow
+    uploads below, and whose ``request_body_timeout`` is 1 s."""
+    sc = Sidecar(
+        sidecar_config(
+            {"bin": httpbin},
+            policy={"per_try_timeout": "300ms", "deadline": {"default": "600ms"}},
+            listener={"request_body_timeout": "1s"},
+        )
+    )
+    try:
+        yield sc
+    finally:
+        sc.close()
+
+
+def test_a_slow_curl_upload_is_answered_as_it_is_directly(
+    httpbin: str, hurried: Sidecar, tmp_path: Path
+) -> None:
+    """Issue 11 item 3: ``curl --limit-rate -T`` taking ~2 s, through a sidecar with a 300 ms per-try timeout:
+    200, as direct (it was 504: the per-try timeout ran while the client was still uploading)."""
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("curl is not installed")
+    f = tmp_path / "upload.bin"
+    f.write_bytes(os.urandom(400 * 1024))
+    codes = []
+    for base in (f"http://{httpbin}", hurried.url("bin")):
+        out = subprocess.run(
+            [
+                curl,
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--limit-rate",
+                "200k",
+                "-T",
+                str(f),
+                base + "/put",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        codes.append(out.stdout)
+    assert codes == ["200", "200"]
+
+
+def test_a_stalled_upload_gets_408(hurried: Sidecar) -> None:
+    out = raw_exchange(
+        hurried.port("bin"), b"PUT /put HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly some"
+    )
+    assert out.startswith(b"HTTP/1.1 408 Request Timeout\r\n") and b"request_body_timeout" in out
