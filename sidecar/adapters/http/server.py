@@ -111,8 +111,14 @@ class HttpListener:
         body_timeout = self.config.request_body_timeout
         for conn in list(self.connections):
             idle = now - conn.last_activity
-            # a body stalled by the client (not by the sidecar's own flow control: reading paused)
-            if idle > body_timeout and conn.active is not None and not conn.read_paused_by:
+            # a body stalled by the client (not by the sidecar's own flow control: reading paused), and no
+            # answer on its way to it (an upstream may answer before the body is complete)
+            if (
+                idle > body_timeout
+                and conn.active is not None
+                and not conn.read_paused_by
+                and conn.streaming is None
+            ):
                 req = conn.active.req
                 if req.body is not None and not req.body.complete:
                     conn.active.body_stalled(body_timeout)
