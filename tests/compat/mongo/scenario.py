@@ -79,11 +79,7 @@ def result(name: str, value: Any) -> Any:
     if isinstance(value, pymongo.results.InsertOneResult):
         return {"inserted_id": value.inserted_id}
     if isinstance(value, pymongo.results.UpdateResult):
-        return {
-            "matched": value.matched_count,
-            "modified": value.modified_count,
-            "upserted": value.upserted_id,
-        }
+        return {"matched": value.matched_count, "modified": value.modified_count, "upserted": value.upserted_id}
     if isinstance(value, pymongo.results.DeleteResult):
         return {"deleted": value.deleted_count}
     if name == "big_find" and value is not None:

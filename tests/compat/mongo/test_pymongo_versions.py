@@ -44,9 +44,7 @@ async def run(uri: str, mode: str, path: Path | None) -> dict[str, Any]:
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("version", sorted(VERSIONS))
-async def test_the_app_sees_the_same_session_directly_and_through_the_sidecar(
-    version: str, mode: str
-) -> None:
+async def test_the_app_sees_the_same_session_directly_and_through_the_sidecar(version: str, mode: str) -> None:
     path = VERSIONS[version]
     if path is not None and not path.exists():
         pytest.fail(f"pymongo {version} is not installed in {path}: run `make install`")
