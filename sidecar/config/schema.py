@@ -226,6 +226,7 @@ class HttpListenerConfig(ListenerBase):
     retry_non_idempotent: bool = False
     max_header_size: Size = 64 * 1024
     idle_timeout: Duration = 60.0
+    request_body_timeout: Duration = 60.0  # a request body from which nothing arrives this long: 408
 
 
 class GrpcListenerConfig(ListenerBase):
