@@ -27,6 +27,7 @@ $(PYMONGO_OLD)/.installed: tests/compat/mongo/pymongo-4.16.txt $(STAMP)
 	@touch $@
 
 test: install $(PYMONGO_OLD)/.installed
+	@bash tools/test-deps.sh
 	$(BIN)/python -m pytest tests
 
 unit: install
