@@ -16,13 +16,17 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import grpc
 import pytest
 from aiohttp import web
+from pymongo import AsyncMongoClient
 
 from sidecar.app import App
 from sidecar.config import load_file
 from sidecar.reload import ConfigWatcher
+from sidecar.testing.grpc_upstream import GrpcUpstream
 from sidecar.testing.http_upstream import FaultyUpstream
+from sidecar.testing.mongo import MongoTestServer
 
 
 class GatedUpstream:
@@ -261,3 +265,70 @@ async def test_a_listener_address_change_is_refused_as_needing_a_restart(
             assert registry.get_sample_value("sidecar_config_reloads_total", {"result": "rejected"}) == 1
             async with http.get(f"http://127.0.0.1:{port}/") as r:
                 assert await r.text() == "a"  # the endpoint change came with it: refused as a whole
+
+
+GRPC_CONFIG = """
+admin: {{listen: "127.0.0.1:0"}}
+upstreams:
+  svc: {{endpoints: ["{endpoint}"]}}
+listeners:
+  - {{name: svc, protocol: grpc, listen: "127.0.0.1:{port}", upstream: svc}}
+"""
+
+
+async def test_a_grpc_listener_sends_new_calls_to_the_new_endpoint(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.yaml"
+    port = free_port()
+    async with GrpcUpstream() as a, GrpcUpstream() as b:
+        cfg.write_text(GRPC_CONFIG.format(endpoint=a.endpoint, port=port))
+        async with App(load_file(cfg), config_path=cfg) as app:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                call = channel.unary_unary("/pkg.Svc/Get")
+                await call(b"one")
+                cfg.write_text(GRPC_CONFIG.format(endpoint=b.endpoint, port=port))
+                assert await app.reload()
+                await call(b"two")  # on the same client channel: the listener kept its connection
+            assert (a.count, b.count) == (1, 1)
+
+
+MONGO_CONFIG = """
+admin: {{listen: "127.0.0.1:0"}}
+policies:
+  db: {{extends: mongodb-backpressure, max_attempts: {attempts}}}
+upstreams:
+  db: {{endpoints: ["{endpoint}"]}}
+listeners:
+  - {{name: db, protocol: mongodb, listen: "127.0.0.1:{port}", upstream: db, policy: db}}
+"""
+
+
+async def test_a_mongodb_listener_takes_a_new_policy_and_refuses_new_members(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = tmp_path / "config.yaml"
+    server = MongoTestServer("mongos")
+    other = MongoTestServer("mongos")
+    await server.start()
+    await other.start()
+    port = free_port()
+    try:
+        cfg.write_text(MONGO_CONFIG.format(endpoint=server.endpoint, attempts=2, port=port))
+        async with App(load_file(cfg), config_path=cfg) as app:
+            client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(
+                f"mongodb://127.0.0.1:{port}/?directConnection=true"
+            )
+            try:
+                assert (await client.admin.command("ping"))["ok"] == 1
+                cfg.write_text(MONGO_CONFIG.format(endpoint=server.endpoint, attempts=3, port=port))
+                assert await app.reload()
+                assert app.listeners[0].up.policy.engine.max_attempts == 3  # type: ignore[attr-defined]
+                cfg.write_text(MONGO_CONFIG.format(endpoint=other.endpoint, attempts=3, port=port))
+                with caplog.at_level(logging.ERROR, logger="sidecar"):
+                    assert not await app.reload()
+                assert "upstreams.db: the MongoDB listener 'db' monitors" in caplog.text
+                assert (await client.admin.command("ping"))["ok"] == 1  # the same client, still served
+            finally:
+                await client.close()
+    finally:
+        await other.stop()
+        await server.stop()
