@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit integration demo lint bench lock clean
+.PHONY: install test unit integration demo lint bench lock clean image image-test
 
 # `install` also compiles the hot path with mypyc when a source changed (tools/native.py; SIDECAR_NATIVE=0: pure Python).
 install: $(STAMP)
@@ -36,6 +36,17 @@ demo: install
 
 bench: install
 	$(BIN)/python bench/run_all.py
+
+# The image, built with podman on a base made locally (deploy/ci/podman.sh: installs podman with apt when
+# missing, configures it under build/image, makes localhost/python-base:bookworm with mmdebstrap), then run
+# read-only and non-root through every protocol, a reload and a drain, and the compose stack (tests/image).
+IMAGE ?= localhost/retry-sidecar:dev
+image:
+	bash -c '. deploy/ci/podman.sh && podman build --build-arg BASE_IMAGE="$$BASE_IMAGE" -t $(IMAGE) . \
+	  && podman image ls --format "{{.Repository}}:{{.Tag}} {{.Size}}" $(IMAGE)'
+
+image-test: install image
+	bash -c '. deploy/ci/podman.sh && SIDECAR_IMAGE=$(IMAGE) $(BIN)/python -m pytest tests/image'
 
 # Re-pin the dependencies after editing pyproject.toml (needs network access to PyPI). Three hash-pinned locks,
 # the same versions in each (the dev lock is solved first and constrains the other two):

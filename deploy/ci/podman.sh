@@ -4,7 +4,7 @@
 # CONTAINERS_STORAGE_CONF and BASE_IMAGE). Fails loudly, with the reason, when any step cannot be done.
 set -euo pipefail
 
-IMAGE_BUILD=${IMAGE_BUILD:-$PWD/build/image}
+IMAGE_BUILD=${IMAGE_BUILD:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build/image}
 BASE_IMAGE=localhost/python-base:bookworm
 mkdir -p "$IMAGE_BUILD"
 
