@@ -152,3 +152,51 @@ def _merge(into: dict[str, Any], over: dict[str, Any]) -> None:
             _merge(into[k], v)
         else:
             into[k] = v
+
+
+PARENT_DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: shop}
+spec:
+  selector: {matchLabels: {app: shop}}
+  template:
+    metadata:
+      labels: {app: shop}
+      annotations:
+        {{- include "retry-sidecar.podAnnotations" (dict "Values" (index .Values "retry-sidecar") "Release" .Release) | nindent 8 }}
+    spec:
+      initContainers:
+        {{- include "retry-sidecar.container" (dict "Values" (index .Values "retry-sidecar") "Release" .Release) | nindent 8 }}
+      containers:
+        - {name: shop, image: "shop:1"}
+      volumes:
+        {{- include "retry-sidecar.volumes" (dict "Values" (index .Values "retry-sidecar") "Release" .Release) | nindent 8 }}
+"""
+
+
+def test_an_app_chart_adds_the_sidecar_with_the_named_templates(tmp_path: Path) -> None:
+    """The README's way for an app's own chart: retry-sidecar as a dependency, its named templates in the pod."""
+    import shutil
+
+    import helm_python
+
+    parent = tmp_path / "shop"
+    (parent / "templates").mkdir(parents=True)
+    shutil.copytree(CHART, parent / "charts" / "retry-sidecar")
+    (parent / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: shop\nversion: 1.0.0\ndependencies: [{name: retry-sidecar, version: 0.1.0}]\n"
+    )
+    (parent / "values.yaml").write_text("retry-sidecar: {adminPort: 9911}\n")
+    (parent / "templates" / "deployment.yaml").write_text(PARENT_DEPLOYMENT)
+    out = helm_python.Chart.load(str(parent)).render(name="shop", namespace="default", is_install=True)
+    stream = "\n---\n".join(t for p, t in sorted(out.items()) if p.endswith(".yaml") and t.strip())
+    r = kubernetes_validate(stream)
+    assert r.returncode == 0, r.stdout + r.stderr
+    objs = objects(stream)
+    spec = the("Deployment", objs)["spec"]["template"]["spec"]
+    (sidecar,) = spec["initContainers"]
+    assert sidecar["restartPolicy"] == "Always" and sidecar["ports"][0]["containerPort"] == 9911
+    cm = the("ConfigMap", objs)  # rendered by the dependency, with the parent's values for it
+    assert spec["volumes"][0]["configMap"]["name"] == cm["metadata"]["name"]
+    assert "0.0.0.0:9911" in cm["data"]["config.yaml"]
