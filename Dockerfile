@@ -10,7 +10,7 @@ FROM ${BASE_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 # python:*-slim carries its own headers (/usr/local/include); a Debian python3 base needs python3-dev.
 # hadolint ignore=DL3008
-RUN apt-get update \
+RUN apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null \
  && if ! python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))'; then \
       apt-get install -y -qq --no-install-recommends python3-dev >/dev/null; fi \

@@ -173,6 +173,8 @@ async def serve(config: Config, config_path: Path | None = None, watch_interval:
         log.info("admin on http://%s:%d (healthz, readyz, metrics, config)", *app.admin.address)
     await stop.wait()
     if watcher is not None:
+        # Draining: a reload now would reconfigure stopping listeners (and SIGHUP's default would kill us).
+        loop.add_signal_handler(signal.SIGHUP, log.warning, "SIGHUP ignored: shutting down")
         await watcher.stop()
-    log.info("shutting down: draining for up to %.1fs", config.shutdown.grace)
+    log.info("shutting down: draining for up to %.1fs", app.config.shutdown.grace)
     await app.stop()
