@@ -17,3 +17,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/image/" in str(item.fspath):
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "tests/image/" in r.nodeid]
+    if skipped and not IMAGE:
+        terminalreporter.write_line(
+            f"NOTE: {len(skipped)} image test(s) skipped: the image is tested by `make image-test` (.ci/run runs it)",
+            yellow=True,
+            bold=True,
+        )
