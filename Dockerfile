@@ -7,7 +7,7 @@
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS builder
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 # python:*-slim carries its own headers (/usr/local/include); a Debian python3 base needs python3-dev.
 # hadolint ignore=DL3008
 RUN apt-get update -qq \
@@ -17,7 +17,10 @@ RUN apt-get update -qq \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY requirements.lock requirements-native.lock ./
-RUN python3 -m venv /opt/build \
+# pip's cache (a build cache mount: kept between builds on one machine, never in the image) serves the second
+# venv the wheels the first one downloaded.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -m venv /opt/build \
  && /opt/build/bin/pip install --quiet --require-hashes -r requirements-native.lock \
  && python3 -m venv /opt/sidecar \
  && /opt/sidecar/bin/pip install --quiet --require-hashes -r requirements.lock
