@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -168,22 +169,35 @@ async def test_sighup_moves_new_requests_to_the_new_endpoint_while_one_in_flight
             assert proc.returncode is None
 
 
-async def test_a_policy_change_applies_to_the_next_request(tmp_path: Path) -> None:
+async def test_a_policy_change_applies_to_the_next_request_on_the_same_client_connection(
+    tmp_path: Path,
+) -> None:
     cfg = tmp_path / "config.yaml"
-    async with FaultyUpstream() as up, aiohttp.ClientSession() as http:
+    async with FaultyUpstream() as up:
         port = free_port()
         cfg.write_text(config_text(up.endpoint, port=port, attempts=1))
         async with App(load_file(cfg), config_path=cfg) as app:
-            url = f"http://127.0.0.1:{port}/"
-            up.fail_next(1)
-            async with http.get(url) as r:
-                assert r.status == 503  # one attempt: the 503 is the answer
-            cfg.write_text(config_text(up.endpoint, port=port, attempts=2))
-            assert await app.reload()
-            up.fail_next(1)
-            async with http.get(url) as r:
-                assert r.status == 200  # two attempts: the retry succeeds
-            assert up.hits == 3
+            # One raw keep-alive connection for both requests: the reload must not close it.
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+            async def get() -> int:
+                writer.write(b"GET / HTTP/1.1\r\nHost: orders\r\n\r\n")
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+                assert length is not None, head
+                await reader.readexactly(int(length[1]))
+                return int(head.split()[1])
+
+            try:
+                up.fail_next(1)
+                assert await get() == 503  # one attempt: the 503 is the answer
+                cfg.write_text(config_text(up.endpoint, port=port, attempts=2))
+                assert await app.reload()
+                up.fail_next(1)
+                assert await get() == 200  # two attempts: the retry succeeds
+                assert up.hits == 3
+            finally:
+                writer.close()
 
 
 async def test_a_configmap_symlink_swap_is_picked_up(tmp_path: Path) -> None:
