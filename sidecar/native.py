@@ -51,21 +51,19 @@ SOURCES = (
     "sidecar/services.py",
     "sidecar/telemetry/metrics.py",
     "sidecar/telemetry/observer.py",
-    "sidecar/adapters/http/answers.py",
+    "sidecar/adapters/http/answer.py",
     "sidecar/adapters/http/attempt.py",
     "sidecar/adapters/http/classify.py",
-    "sidecar/adapters/http/client.py",
     "sidecar/adapters/http/connection.py",
     "sidecar/adapters/http/forward.py",
     "sidecar/adapters/http/headers.py",
     "sidecar/adapters/http/plan.py",
-    "sidecar/adapters/http/pool.py",
     "sidecar/adapters/http/pushback.py",
     "sidecar/adapters/http/replay.py",
     "sidecar/adapters/http/request.py",
-    "sidecar/adapters/http/response.py",
     "sidecar/adapters/http/routing.py",
     "sidecar/adapters/http/server.py",
+    "sidecar/adapters/http/upstream.py",
 )
 
 #: The group's shared library, a module inside the package (so an editable install finds it).

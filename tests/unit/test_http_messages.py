@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.adapters.http import answers
+from sidecar.adapters.http import answer as answers
 from sidecar.adapters.http.headers import header_list, request_head, response_head
 from sidecar.adapters.http.replay import WATERMARK, RequestBody
 from sidecar.policy import Finish, Outcome, OutcomeClass, Reason

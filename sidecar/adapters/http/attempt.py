@@ -16,20 +16,16 @@ import asyncio
 import math
 import time
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ...policy import Outcome, OutcomeClass, SendAttempt, deadline
 from ...runtime import AttemptContext, AttemptResult, CallbackAttempter
 from ...telemetry import RequestObserver
-from . import client
+from . import upstream
 from .classify import CONNECT_FAILURE, CONNECT_TIMEOUT
-from .client import ConnectFailed, UpstreamConnection, UpstreamGone
 from .plan import Plan
 from .request import IncomingRequest
-from .response import UpstreamResponse
-
-if TYPE_CHECKING:
-    from .pool import Pool
+from .upstream import ConnectFailed, Pool, UpstreamConnection, UpstreamGone, UpstreamResponse
 
 C: Final = OutcomeClass
 NO_TIME_LEFT: Final = AttemptResult(Outcome(C.TIMEOUT, detail="no time left to send"))
@@ -40,7 +36,7 @@ _wall_clock: Final = time.time
 _ATTEMPT_LINES: Final = tuple(b"x-sidecar-attempt: %d\r\n" % n for n in range(16))
 
 
-class Exchange(client.Exchange):
+class Exchange(upstream.Exchange):
     """One attempt on one upstream connection: the connection reports the response head (or its failure)
     here."""
 

@@ -3,7 +3,7 @@
 Requests are answered one after another, in order (pipelined requests wait their turn, their bodies held
 back by flow control). A request's handling starts once the packet that carried its head has been parsed
 whole (so a small body is already there to go upstream in the same write) and runs in callbacks: there is
-no task per connection or per request. The connection is also the :class:`~.response.Pipe` through which a
+no task per connection or per request. The connection is also the :class:`~.upstream.Pipe` through which a
 delivered upstream body reaches the client, with the client's flow control reaching back to the upstream
 socket.
 """
@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Final
 
 import httptools
 
-from . import answers, methods
+from . import methods
+from .answer import encode, text
 from .headers import add_header, content_length
 from .replay import RequestBody
 from .request import IncomingRequest, refused
-from .response import UpstreamResponse
+from .upstream import UpstreamResponse
 
 if TYPE_CHECKING:
     from .forward import Forwarding
@@ -351,7 +352,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
                 self.busy = True
                 if req.refusal is not None:
                     status, message = req.refusal
-                    self.write(answers.encode(answers.text(status, message), keep_alive=False))
+                    self.write(encode(text(status, message), keep_alive=False))
                     self.close()
                     break
                 try:
@@ -405,7 +406,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         if self.transport is not None and not self.closed:
             self.transport.close()
 
-    # -- the response pipe (response.Pipe) -------------------------------------------------------------
+    # -- the response pipe (upstream.Pipe) -------------------------------------------------------------
     def stream(self, resp: UpstreamResponse, chunked: bool, owner: Forwarding) -> None:
         """Write ``resp``'s body as it comes; ``owner.stream_over(resp, ok)`` follows."""
         if self.closed:

@@ -2,7 +2,7 @@
 
 The request head sent upstream is built once per request (hop-by-hop headers dropped, ``X-Forwarded-For``
 and ``-Proto`` added, the body's framing restated) and completed per attempt (``attempt.py``). The answer
-follows the engine's finish (see ``answers.py``): the chosen upstream response is streamed to the client
+follows the engine's finish (see ``answer.py``): the chosen upstream response is streamed to the client
 as it arrives, or the sidecar answers itself.
 
 All of it runs in protocol callbacks: :meth:`Forwarder.begin` starts a request's :class:`~sidecar.runtime.Driver`
@@ -25,14 +25,13 @@ from ...runtime import CallOwner, Driver
 from ...services import Services
 from ...telemetry import RequestObserver
 from ...timers import Timers, timers_for
-from . import answers
+from .answer import Answer, encode, for_finish, text
 from .attempt import Attempter
 from .headers import find_header, request_head, response_head
 from .plan import Plan
-from .pool import Pool
 from .request import IncomingRequest
-from .response import UpstreamResponse
 from .routing import Router, Target, split_host
+from .upstream import Pool, UpstreamResponse
 
 if TYPE_CHECKING:
     from .connection import ServerConnection
@@ -210,17 +209,17 @@ class Forwarder:
         return known
 
     # -- answers ---------------------------------------------------------------------------------------
-    def _answer(self, req: IncomingRequest, conn: ServerConnection, answer: answers.Answer) -> None:
+    def _answer(self, req: IncomingRequest, conn: ServerConnection, answer: Answer) -> None:
         keep = conn.keep_alive_after(req)
         if not keep:
             conn.closing = True
         if req.body is not None and not req.body.complete:
             req.body.discard()
-        conn.write(answers.encode(answer, keep, head_only=req.head_request))
+        conn.write(encode(answer, keep, head_only=req.head_request))
 
     def _refuse(self, req: IncomingRequest, conn: ServerConnection, status: int, message: str) -> None:
         self.listener.refused(status)
-        self._answer(req, conn, answers.text(status, message))
+        self._answer(req, conn, text(status, message))
         conn.request_done(req)
 
 
@@ -299,7 +298,7 @@ class Forwarding(CallOwner):
                 why = f"request body stalled for request_body_timeout ({self.stalled:g}s)"
                 self.forwarder.listener.refused(408)
                 conn.closing = True
-                self.forwarder._answer(req, conn, answers.text(408, why))
+                self.forwarder._answer(req, conn, text(408, why))
                 obs.set_attribute("http.response.status_code", 408)
                 obs.end(why)
             else:
@@ -314,7 +313,7 @@ class Forwarding(CallOwner):
             self.attempter.discard(resp)
             resp = None
         if resp is None:
-            answer = answers.for_finish(finish, self.attempter.plan.expired_status)
+            answer = for_finish(finish, self.attempter.plan.expired_status)
             if answer is not None:
                 self.forwarder._answer(req, conn, answer)
                 obs.set_attribute("http.response.status_code", answer.status)

@@ -10,7 +10,7 @@ from ...policy import OutcomeClass
 from ...services import CompiledPolicy, UpstreamRuntime
 from ...telemetry.metrics import Meters
 from .classify import HttpClassifier
-from .pool import Pool
+from .upstream import Pool
 
 #: The policy's ``replay_buffer`` when it does not say (``None``).
 DEFAULT_REPLAY_BUFFER: Final = 1024 * 1024

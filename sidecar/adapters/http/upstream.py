@@ -1,5 +1,8 @@
-"""An upstream connection: an asyncio Protocol parsing responses with httptools (llhttp), one exchange at
-a time (no upstream pipelining). Pooled per endpoint by ``pool.py``.
+"""The upstream side of HTTP: connections to the endpoints, the responses they read, and the pools that keep
+them (one file, so that the three, which refer to each other, are one unit with no import circle).
+
+Connections. An upstream connection: an asyncio Protocol parsing responses with httptools (llhttp), one
+exchange at a time (no upstream pipelining). Pooled per endpoint by :class:`Pool`.
 
 An exchange: ``start(head, body, ..., exchange)`` writes the request head and pushes the body (see
 ``replay.py``); the exchange is told ``on_response(response)`` once the response head has arrived (after the
@@ -7,23 +10,133 @@ packet that carried it was parsed whole, so a small response is complete by then
 when the connection fails first. The :class:`UpstreamResponse` then collects or streams the body. Whoever
 owns the exchange hands the connection back with :meth:`UpstreamConnection.release` once it is done with the
 response; only a connection whose request and response both ended cleanly is reused.
+
+Responses. An upstream response on its way to the client: the head as soon as it is parsed, then the body.
+
+Until it is delivered (the engine chose it) the body is held in memory as it arrives (for a retried or
+discarded answer this is a small error body); once delivered, what was held goes out at once and the
+rest is written through to the client as it arrives, with the client's flow control reaching back to the
+upstream socket.
+
+Pools. Keep-alive connections to one upstream endpoint, at most ``max_connections`` at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Final
+import contextlib
+from collections import deque
+from typing import Final, Protocol
 
 import httptools
 from mypy_extensions import mypyc_attr
 
 from .headers import Headers, add_header, content_length
 from .replay import RequestBody
-from .response import UpstreamResponse
 
-if TYPE_CHECKING:
-    from .pool import Pool
 
+# -- responses -------------------------------------------------------------------------------------------
+class Pipe(Protocol):
+    """Where a delivered response's body goes (the client connection)."""
+
+    def data(self, chunk: bytes) -> None: ...
+    def end(self) -> None: ...
+    def abort(self, why: str) -> None: ...
+
+
+class UpstreamResponse:
+    __slots__ = (
+        "status",
+        "reason",
+        "headers",
+        "length",
+        "chunked",
+        "no_body",
+        "chunks",
+        "held",
+        "complete",
+        "error",
+        "pipe",
+        "conn",
+        "attempt",
+    )
+
+    def __init__(
+        self,
+        status: int,
+        reason: bytes,
+        headers: Headers,
+        length: int | None,
+        chunked: bool,
+        no_body: bool,
+        conn: UpstreamConnection,
+        attempt: int,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.length = length  # declared Content-Length (None when chunked or close-delimited)
+        self.chunked = chunked
+        self.no_body = no_body  # HEAD, 1xx, 204, 304
+        self.chunks: list[bytes] = []
+        self.held = 0
+        self.complete = no_body
+        self.error: str | None = None
+        self.pipe: Pipe | None = None
+        self.conn: UpstreamConnection | None = (
+            conn  # None once the exchange ended and the connection went back
+        )
+        self.attempt = attempt
+
+    @property
+    def close_delimited(self) -> bool:
+        """The body ends when the upstream closes the connection (no length, not chunked)."""
+        return not self.no_body and not self.chunked and self.length is None
+
+    # -- from the upstream connection ----------------------------------------------------------------
+    def body(self, chunk: bytes) -> None:
+        if self.pipe is not None:
+            self.pipe.data(chunk)
+        else:
+            self.chunks.append(chunk)
+            self.held += len(chunk)
+
+    def finished(self) -> None:
+        self.complete = True
+        if self.pipe is not None:
+            self.pipe.end()
+
+    def failed(self, why: str) -> None:
+        self.error = why
+        if self.pipe is not None:
+            self.pipe.abort(why)
+
+    # -- from the exchange ---------------------------------------------------------------------------
+    def release(self) -> None:
+        """Done with this response: its connection goes back to the pool if the exchange ended cleanly."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.release()
+
+    def abort(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.abort()
+
+    def pause_upstream(self) -> None:
+        if self.conn is not None:
+            self.conn.pause_reading()
+
+    def resume_upstream(self) -> None:
+        if self.conn is not None:
+            self.conn.resume_reading()
+
+    def take_held(self) -> list[bytes]:
+        chunks, self.chunks, self.held = self.chunks, [], 0
+        return chunks
+
+
+# -- connections -----------------------------------------------------------------------------------------
 #: Hold at most this much of an undelivered response body before pausing the upstream socket.
 HOLD_LIMIT: Final = 256 * 1024
 _NO_BODY_STATUS: Final = frozenset({204, 304})
@@ -343,3 +456,114 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             if not r.complete:
                 r.finished()
             self._exchange_over()
+
+
+# -- pools -----------------------------------------------------------------------------------------------
+class Pool:
+    """Keep-alive connections to one endpoint, at most ``max_connections`` at a time (then requests wait
+    for one to come back)."""
+
+    def __init__(
+        self, endpoint: str, host: str, port: int, connect_timeout: float, max_connections: int
+    ) -> None:
+        self.endpoint = endpoint
+        self.host = host
+        self.port = port
+        self.connect_timeout = connect_timeout
+        self.max_connections = max_connections
+        self.loop = asyncio.get_running_loop()
+        self.idle: list[UpstreamConnection] = []
+        self.count = 0
+        self.waiters: deque[asyncio.Future[UpstreamConnection | None]] = deque()
+        self.closing = False
+
+    def take_idle(self) -> UpstreamConnection | None:
+        """An idle kept-alive connection, if there is one (no await on the hot path)."""
+        idle = self.idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        return None
+
+    async def acquire(self) -> tuple[UpstreamConnection, bool]:
+        """A connection (reused when one is idle) and whether it was reused. Raises :class:`ConnectFailed`."""
+        idle = self.idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn, True
+        if self.count >= self.max_connections:
+            fut = self.loop.create_future()
+            self.waiters.append(fut)
+            try:
+                conn = await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled() and fut.result() is not None:
+                    self.release(fut.result())  # handed over just as we were cancelled: pass it on
+                elif fut.done() and not fut.cancelled():
+                    self._wake()  # a free slot was ours: pass it on
+                raise
+            if conn is not None:
+                return conn, True
+        return await self.connect(), False
+
+    async def connect(self) -> UpstreamConnection:
+        self.count += 1
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, conn = await self.loop.create_connection(  # type: ignore[type-var]  # a protocol by its methods
+                    lambda: UpstreamConnection(self), self.host, self.port
+                )
+        except TimeoutError:
+            self._lost_slot()
+            raise ConnectFailed(f"connect timeout to {self.endpoint}", timeout=True) from None
+        except OSError as e:
+            self._lost_slot()
+            raise ConnectFailed(f"{self.endpoint}: {e.strerror or e}") from None
+        except BaseException:
+            self._lost_slot()
+            raise
+        return conn
+
+    def release(self, conn: UpstreamConnection) -> None:
+        if conn.closed:
+            return
+        if self.closing:
+            conn.abort()
+            return
+        while self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_result(conn)
+                return
+        conn.idle_since = self.loop.time()
+        self.idle.append(conn)
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        """``conn`` closed: free its slot."""
+        with contextlib.suppress(ValueError):
+            self.idle.remove(conn)
+        self._lost_slot()
+
+    def _lost_slot(self) -> None:
+        self.count -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+
+    def sweep(self, now: float, idle_timeout: float) -> None:
+        """Close connections idle longer than ``idle_timeout``."""
+        for conn in [c for c in self.idle if now - c.idle_since > idle_timeout]:
+            conn.abort()
+
+    def close(self) -> None:
+        self.closing = True
+        for conn in list(self.idle):
+            conn.abort()
+        self.idle.clear()
