@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from ..policy.outcome import OutcomeClass
 from ..policy.spec import Jitter
@@ -274,6 +274,13 @@ class Config(Base):
     policies: dict[str, PolicyConfig] = {}
     upstreams: dict[str, UpstreamConfig] = {}
     listeners: list[ListenerConfig] = []
+    #: What ``${VAR}`` expansion put in (``env.Expansions``), set by the loader: the effective configuration
+    #: and the logs hide it (``redact.py``).
+    _expansions: Any = PrivateAttr(default=None)
+
+    @property
+    def expansions(self) -> Any:
+        return self._expansions
 
     def policy(self, name: str) -> PolicyConfig:
         return self.policies[name]
