@@ -65,6 +65,15 @@ class EndpointPicker:
     def penalize(self, endpoint: str, now: float) -> None:
         raise NotImplementedError
 
+    def observe(self, endpoint: str, outcome: OutcomeClass, now: float) -> None:
+        """An attempt to ``endpoint`` ended with ``outcome`` (per-try timeouts as ``timeout``; cancelled
+        attempts are not observed). For outlier detection; the base observes nothing."""
+
+    def alternative(self, endpoint: str, candidates: Sequence[str] | None) -> bool:
+        """Is there an endpoint other than ``endpoint`` (among ``candidates``) that a retry could go to now?
+        The base does not know: no."""
+        return False
+
 
 class _Attempt:
     __slots__ = ("n", "endpoint", "expires", "whole", "done")
@@ -248,6 +257,7 @@ class Call:
         a.done = True
         self.inflight -= 1
         self.picker.finished(a.endpoint)
+        self.picker.observe(a.endpoint, C.TIMEOUT if outcome.deadline_expired else outcome.cls, now)
         policy = self.policy
         cls = outcome.cls
         if cls is _CLS_SUCCESS:  # the common case, kept short
@@ -280,9 +290,11 @@ class Call:
             or self.committed == n  # its response is already on its way to the client
         ):
             self.deliverable = (n, outcome)
+        # A connect failure sent nothing: retried at once and for free, once, under A6's transparent retry
+        # or when another endpoint can take it (a dead endpoint must not cost the retry budget).
         transparent = (
-            policy.transparent_retry
-            and cls is C.CONNECT_FAILURE
+            cls is C.CONNECT_FAILURE
+            and (policy.transparent_retry or self.picker.alternative(a.endpoint, self.candidates))
             and not self.used_transparent
             and self.hedging is None
             and self.committed is None
