@@ -56,9 +56,9 @@ def upstream(port: int) -> subprocess.Popen[bytes]:
     return p
 
 
-def sidecar_config(ports: list[int], listen: int, outliers: bool) -> dict:
+def sidecar_config(ports: list[int], listen: int, admin: int, outliers: bool) -> dict:
     return {
-        "admin": {"listen": None},
+        "admin": {"listen": f"127.0.0.1:{admin}"},
         "upstreams": {
             "api": {
                 "endpoints": [f"127.0.0.1:{p}" for p in ports],
@@ -128,12 +128,32 @@ def recovered_after(seconds: dict[int, tuple[int, int]]) -> float | None:
     return None
 
 
-def run_once(scenario: str, outliers: bool, rate: float, after: float) -> dict[int, tuple[int, int]]:
+def counters(admin: int) -> dict[str, float]:
+    """The sidecar's attempt outcomes and request reasons, from its /metrics."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            label = sample.labels.get("outcome") or sample.labels.get("reason")
+            if sample.name in ("sidecar_attempts_total", "sidecar_requests_total", "sidecar_ejections_total"):
+                key = f"{sample.name.removeprefix('sidecar_').removesuffix('_total')}:{label}"
+                out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+def run_once(
+    scenario: str, outliers: bool, rate: float, after: float
+) -> tuple[dict[int, tuple[int, int]], dict[str, float]]:
     ports = [free_port(), free_port()]
-    listen = free_port()
+    listen, admin = free_port(), free_port()
     ups = [upstream(p) for p in ports]
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        yaml.safe_dump(sidecar_config(ports, listen, outliers), f)
+        yaml.safe_dump(sidecar_config(ports, listen, admin, outliers), f)
     sc = subprocess.Popen(
         [sys.executable, "-m", "sidecar", "run", "-c", f.name, "--log-level", "warning"],
         cwd=ROOT,
@@ -148,7 +168,7 @@ def run_once(scenario: str, outliers: bool, rate: float, after: float) -> dict[i
             os.kill(victim.pid, signal.SIGKILL if scenario == "kill" else signal.SIGSTOP)
 
         results = asyncio.run(load(f"http://127.0.0.1:{listen}/x", rate, WARMUP + after, WARMUP, fault))
-        return per_second(results)
+        return per_second(results), counters(admin)
     finally:
         if scenario == "stop" and victim.poll() is None:
             os.kill(victim.pid, signal.SIGCONT)
@@ -193,9 +213,10 @@ def main() -> None:
         recovered: dict[str, list[float | None]] = {c: [] for c in COLUMNS}
         for col in COLUMNS:
             for i in range(args.runs):
-                seconds = run_once(scenario, col == "outlier detection", args.rate, args.after)
-                say(f"{scenario} / {col} / run {i + 1}: {table(seconds)}")
-                notes.append(f"{scenario}, {col}, run {i + 1}: {table(seconds)}")
+                seconds, seen = run_once(scenario, col == "outlier detection", args.rate, args.after)
+                seen_text = ", ".join(f"{k} {v:.0f}" for k, v in sorted(seen.items()) if v)
+                say(f"{scenario} / {col} / run {i + 1}: {table(seconds)}\n    {seen_text}")
+                notes.append(f"{scenario}, {col}, run {i + 1}: {table(seconds)}; {seen_text}")
                 n0, k0 = seconds.get(0, (0, 0))
                 first_second[col].append(100.0 * k0 / n0 if n0 else None)
                 late = [100.0 * k / n for s, (n, k) in seconds.items() if s >= GOAL_AFTER and n]
