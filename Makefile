@@ -19,7 +19,14 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
-test: install
+# An older pymongo beside the lock's, for the MongoDB differential suite (tests/compat/mongo).
+PYMONGO_OLD := $(VENV)/pymongo-4.16
+$(PYMONGO_OLD)/.installed: tests/compat/mongo/pymongo-4.16.txt $(STAMP)
+	rm -rf $(PYMONGO_OLD)
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps --target $(PYMONGO_OLD) -r $<
+	@touch $@
+
+test: install $(PYMONGO_OLD)/.installed
 	$(BIN)/python -m pytest tests
 
 unit: install

@@ -9,6 +9,11 @@ ends the request: its :class:`CallOwner` gets the engine's finish and the payloa
 carried out (an attempt that fails at once, a commit) are queued and handled right after: the engine is
 never re-entered.
 
+A bug is contained to its request: an exception from the engine, an observer hook or the adapter's
+``cancel`` while a request's events are handled ends that request alone with ``Finish(internal-error)``
+(each adapter answers it with its protocol's error), logged once with what the observer says the request
+is; the loop's other requests, and the timer heap's other wake-ups, go on.
+
 No coroutine, task or loop timer is needed per request, so an adapter built on protocol callbacks (HTTP)
 pays only for the engine itself. Adapters written as coroutines (gRPC, MongoDB) use :func:`drive`, which
 runs each ``async send`` in a task of its own and returns a :class:`Delivery`.
@@ -20,13 +25,14 @@ import asyncio
 import logging
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Final, Protocol
 
 from mypy_extensions import mypyc_attr
 
 from .policy import (
     CLIENT_GONE,
+    REQUEST_COMPLETE,
     START,
     TICK,
     AttemptEnded,
@@ -37,6 +43,7 @@ from .policy import (
     Finish,
     Outcome,
     OutcomeClass,
+    Reason,
     SendAttempt,
     Wake,
 )
@@ -139,6 +146,10 @@ class CallObserver:
     def finished(self, f: Finish) -> None:
         pass
 
+    def describe(self) -> str:
+        """Which request this is, for a log line (listener, protocol, method...)."""
+        return "a request"
+
 
 #: Observes nothing (tests, benchmarks of the bare runtime): the base class is that already.
 NULL_OBSERVER: Final = CallObserver()
@@ -216,6 +227,11 @@ class Driver:
         """The client cancelled or disconnected: cancel what is in flight, finish ``cancelled``."""
         self.feed(CLIENT_GONE)
 
+    def request_complete(self, now: float | None = None) -> None:
+        """The client's whole request has been received and handed to the attempts in flight (for a call
+        started with ``request_complete=False``): the per-try timeouts and the sidecar's own deadline start."""
+        self.feed(REQUEST_COMPLETE, now)
+
     def attempt_done(self, n: int, result: AttemptResult) -> None:
         self.attempt_answered(n, result.outcome, result.payload)
 
@@ -244,8 +260,11 @@ class Driver:
             queue = self._queue
             while queue and not over:
                 over = self._step(*queue.popleft())
-        finally:
+        except Exception as e:  # a bug: end this request alone, never strand it
             self._running = False
+            self._fail(e)
+            return
+        self._running = False
         if over:
             self._finished()
 
@@ -324,6 +343,33 @@ class Driver:
             payloads.clear()
         self.owner.finished(f, payload)
 
+    def _fail(self, e: Exception) -> None:
+        """The engine or an observer hook raised while handling this call's events: log it once, cancel what
+        is in flight and finish ``internal-error`` (the adapter answers with its protocol's error)."""
+        try:
+            who = self.observer.describe()
+        except Exception:
+            who = "a request"
+        log.error("%s ended by an internal error", who, exc_info=e)
+        if self._queue is not None:
+            self._queue.clear()
+        try:
+            self.finish = self.call.interrupt(Reason.INTERNAL)
+        except Exception:  # the engine itself is what failed
+            self.finish = Finish(Reason.INTERNAL, None, None, 0)
+        try:
+            self.observer.finished(self.finish)
+        except Exception:  # the observer may be what failed: it was logged above
+            log.debug("the observer could not record the internal error either")
+        live, self.live = self.live, 0
+        for n in range(live.bit_length()):
+            if live & (1 << n):
+                try:
+                    self.attempter.cancel(n)
+                except Exception:
+                    log.exception("cancelling attempt %d after an internal error failed", n)
+        self._finished()
+
     def _discard(self, payload: Any) -> None:
         if payload is None:
             return
@@ -394,13 +440,21 @@ class _Awaited(CallOwner):
             self.done.set_result(Delivery(finish, payload))
 
 
-async def drive(call: Call, attempter: Attempter, observer: CallObserver = NULL_OBSERVER) -> Delivery:
+async def drive(
+    call: Call,
+    attempter: Attempter,
+    observer: CallObserver = NULL_OBSERVER,
+    started: Callable[[Driver], None] | None = None,
+) -> Delivery:
     """Run ``call`` to its ``Finish`` with a coroutine attempter (one task per attempt). Cancelling the
-    awaiting task (the client went away) cancels the attempts."""
+    awaiting task (the client went away) cancels the attempts. ``started`` is handed the driver before the
+    first attempt, for an adapter that feeds it more (``request_complete``)."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Delivery] = loop.create_future()
     tasks = _TaskAttempter(attempter, loop)
     driver = Driver(call, tasks, observer, _Awaited(done, tasks), loop)
+    if started is not None:
+        started(driver)
     driver.start()
     try:
         return await done

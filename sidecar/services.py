@@ -6,6 +6,7 @@ name and for a new engine ``Call`` bound to an upstream's shared balancer and re
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -97,14 +98,18 @@ class Services:
         policy: CompiledPolicy,
         upstream: UpstreamRuntime,
         *,
-        deadline: float,
+        deadline: float = math.inf,
+        default_timeout: float = math.inf,
+        request_complete: bool = True,
         candidates: Sequence[str] | None = None,
         retry_on: Collection[OutcomeClass] | None = None,
         max_attempts: int | None = None,
         replayable: bool = True,
         picker: EndpointPicker | None = None,
     ) -> Call:
-        """``picker``: choose endpoints some other way than the upstream's balancer (a MongoDB replica set
+        """``deadline``: the client's own (absolute; ``inf``: it sent none); ``default_timeout``: the policy's
+        bound for a request without one, counted from when the request is complete (see ``Call``).
+        ``picker``: choose endpoints some other way than the upstream's balancer (a MongoDB replica set
         picks among the members that fit a read preference, which change with elections)."""
         engine = policy.engine
         return Call(
@@ -112,6 +117,8 @@ class Services:
             picker=upstream.balancer if picker is None else picker,
             rand=self.rand,
             deadline=deadline,
+            default_timeout=default_timeout,
+            request_complete=request_complete,
             throttle=upstream.throttle(engine.throttle),
             candidates=candidates,
             retry_on=retry_on,

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import logging
 import math
 import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
 _INF: Final = math.inf
+log: Final = logging.getLogger("sidecar.timers")
 
 
 #: ``[when, seq, callback]``: a list, so that the heap compares entries in C (a class with ``__lt__`` costs a
@@ -90,7 +92,10 @@ class Timers:
         if heap:
             self._arm(heap[0][_WHEN])
         for cb in due:
-            cb()
+            try:
+                cb()
+            except Exception:  # one wake-up's bug must not strand the others due in this tick
+                log.exception("a timer callback failed (%r)", cb)
 
 
 _PER_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Timers] = weakref.WeakKeyDictionary()

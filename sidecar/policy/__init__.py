@@ -9,6 +9,7 @@ from .engine import Call, EndpointPicker
 from .events import (
     BUFFER_EXCEEDED,
     CLIENT_GONE,
+    REQUEST_COMPLETE,
     START,
     TICK,
     AttemptEnded,
@@ -16,6 +17,7 @@ from .events import (
     ClientGone,
     Committed,
     Event,
+    RequestComplete,
     Start,
     Tick,
 )
@@ -29,6 +31,7 @@ __all__ = [
     "CLIENT_GONE",
     "GIVE_UPS",
     "PUSHBACK_STOP",
+    "REQUEST_COMPLETE",
     "START",
     "SUCCESS",
     "TICK",
@@ -52,6 +55,7 @@ __all__ = [
     "OutcomeClass",
     "Pushback",
     "Reason",
+    "RequestComplete",
     "RetryPolicy",
     "SendAttempt",
     "Start",

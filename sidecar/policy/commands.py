@@ -76,16 +76,27 @@ class Finish(Record):
     """The request is over. ``attempt`` is the attempt whose response is the answer (``None``: no attempt
     has one to give; the adapter answers for ``reason`` itself). ``attempts``: how many were sent in all.
 
-    For ``deadline`` the adapter chooses: ``attempt`` is then the last answer received, which MongoDB
-    returns as "the current error" while HTTP answers 498 and gRPC ``DEADLINE_EXCEEDED`` regardless."""
+    ``own_deadline``: the client sent no deadline, so any deadline was the sidecar's own bound. For
+    ``deadline`` the adapter chooses by it: ``attempt`` is then the last answer received. When the deadline
+    was the client's, MongoDB returns that answer as "the current error" while HTTP answers 498 and gRPC
+    ``DEADLINE_EXCEEDED`` regardless; when it was the sidecar's own, every protocol delivers that answer
+    unchanged, and only when no upstream answered at all says so itself (504, ``DEADLINE_EXCEEDED``)."""
 
-    fields = ("reason", "attempt", "outcome", "attempts")
+    fields = ("reason", "attempt", "outcome", "attempts", "own_deadline")
 
-    def __init__(self, reason: Reason, attempt: int | None, outcome: Outcome | None, attempts: int) -> None:
+    def __init__(
+        self,
+        reason: Reason,
+        attempt: int | None,
+        outcome: Outcome | None,
+        attempts: int,
+        own_deadline: bool = False,
+    ) -> None:
         self.reason: Final = reason
         self.attempt: Final = attempt
         self.outcome: Final = outcome
         self.attempts: Final = attempts
+        self.own_deadline: Final = own_deadline
 
 
 Command = SendAttempt | CancelAttempt | Wake | Decision | Finish

@@ -10,7 +10,8 @@ the body can be replayed, which outcome classes this request may retry). It eith
 time, with backoff) or, when the policy has a ``hedging`` block, hedges (several attempts in flight).
 
 The runtime feeds it ``Start`` once, ``AttemptEnded`` per result, ``Tick`` when a ``Wake`` time comes,
-``Committed`` once a response started towards the client, ``BufferExceeded`` and ``ClientGone``. It answers
+``Committed`` once a response started towards the client, ``RequestComplete`` once the whole request is
+upstream (when it was not at ``Start``), ``BufferExceeded`` and ``ClientGone``. It answers
 with ``SendAttempt``, ``CancelAttempt``, ``Wake``, ``Decision`` (one per ended attempt, for telemetry) and
 exactly one ``Finish``.
 """
@@ -25,7 +26,16 @@ from mypy_extensions import mypyc_attr
 
 from .backoff import BackoffSequence
 from .commands import CancelAttempt, Command, Decision, Finish, SendAttempt, Wake
-from .events import AttemptEnded, BufferExceeded, ClientGone, Committed, Event, Start, Tick
+from .events import (
+    AttemptEnded,
+    BufferExceeded,
+    ClientGone,
+    Committed,
+    Event,
+    RequestComplete,
+    Start,
+    Tick,
+)
 from .outcome import Outcome, OutcomeClass
 from .reasons import Reason
 from .spec import RetryPolicy
@@ -66,8 +76,8 @@ class EndpointPicker:
         raise NotImplementedError
 
     def observe(self, endpoint: str, outcome: OutcomeClass, now: float) -> None:
-        """An attempt to ``endpoint`` ended with ``outcome`` (per-try timeouts as ``timeout``; cancelled
-        attempts are not observed). For outlier detection; the base observes nothing."""
+        """Attempt to ``endpoint`` ended with ``outcome`` (per-try timeouts included; cancelled attempts are
+        not observed). For outlier detection; this base ignores it."""
 
     def alternative(self, endpoint: str, candidates: Sequence[str] | None) -> bool:
         """Is there an endpoint other than ``endpoint`` (among ``candidates``) that a retry could go to now?
@@ -92,6 +102,10 @@ class Call:
     __slots__ = (
         "policy",
         "deadline",
+        "own_deadline",
+        "default_timeout",
+        "complete",
+        "complete_at_start",
         "picker",
         "throttle",
         "rand",
@@ -121,19 +135,30 @@ class Call:
         *,
         picker: EndpointPicker,
         rand: Rand,
-        deadline: float,
+        deadline: float = INF,
+        default_timeout: float = INF,
+        request_complete: bool = True,
         throttle: Throttle | None = None,
         candidates: Sequence[str] | None = None,
         retry_on: Collection[OutcomeClass] | None = None,
         max_attempts: int | None = None,
         replayable: bool = True,
     ) -> None:
-        """``deadline``: absolute, on the clock of ``now`` (``inf``: none).
+        """``deadline``: the client's own deadline, absolute, on the clock of ``now`` (``inf``: the client
+        sent none). ``default_timeout``: the sidecar's own bound when the client sent no deadline, in seconds;
+        it counts from the moment the whole request has been received and handed upstream (Envoy's rule):
+        ``Start`` when ``request_complete``, else the ``RequestComplete`` event. Until then, attempts run
+        with no per-try timer either (an upload that is still flowing is never a timeout); the client's own
+        deadline counts from arrival regardless (userver).
         ``retry_on`` narrows the policy's classes for this request (a POST may only retry
         ``connect-failure``); a narrowed request never hedges. ``max_attempts`` likewise caps the policy's.
         ``replayable=False``: the request cannot be sent twice (body larger than the replay buffer)."""
         self.policy = policy
         self.deadline = deadline
+        self.own_deadline = not deadline < INF  # the client sent none: any deadline is the sidecar's bound
+        self.default_timeout = default_timeout
+        self.complete = False
+        self.complete_at_start = request_complete
         self.picker = picker
         self.throttle = throttle
         self.rand = rand
@@ -173,6 +198,8 @@ class Call:
             self._start(now, out)
         elif isinstance(event, Committed):
             self._commit(event.attempt, out)
+        elif isinstance(event, RequestComplete):
+            self._complete(now)
         elif isinstance(event, BufferExceeded):
             self._buffer_exceeded(out)
         elif isinstance(event, ClientGone):
@@ -189,14 +216,19 @@ class Call:
             b = self.backoff = BackoffSequence(self.policy.backoff)
         return b
 
-    @property
-    def attempts_sent(self) -> int:
-        return len(self.attempts)
+    def interrupt(self, reason: Reason) -> Finish:
+        """The runtime ends the call for a cause the engine did not see (a bug outside it): no more commands;
+        the runtime cancels what is in flight. The ``Finish`` it returns delivers nothing."""
+        self.finished = True
+        self.retry_at = self.hedge_at = INF
+        return Finish(reason, None, None, len(self.attempts), self.own_deadline)
 
     # -- events ----------------------------------------------------------------------------------------
     def _start(self, now: float, out: list[Command]) -> None:
         if self.attempts:
             return
+        if self.complete_at_start:
+            self._complete(now)
         if now >= self.deadline:
             self._finish(Reason.DEADLINE, out, deliver=False)
             return
@@ -224,6 +256,18 @@ class Call:
         if self.hedge_at <= now:
             self._hedges_due(now, out)
             self._finish_if_idle(out)
+
+    def _complete(self, now: float) -> None:
+        """The whole request is upstream: the sidecar's own deadline and the per-try timers start now."""
+        if self.complete:
+            return
+        self.complete = True
+        if self.own_deadline and self.default_timeout < INF:
+            self.deadline = now + self.default_timeout
+        per_try = self.policy.per_try_timeout
+        for a in self.attempts:
+            if not a.done:
+                a.expires = now + per_try if per_try < self.deadline - now else INF
 
     def _commit(self, n: int, out: list[Command]) -> None:
         if self.committed is not None or not (0 < n <= len(self.attempts)):
@@ -256,10 +300,11 @@ class Call:
             return
         a.done = True
         self.inflight -= 1
-        self.picker.finished(a.endpoint)
-        self.picker.observe(a.endpoint, C.TIMEOUT if outcome.deadline_expired else outcome.cls, now)
+        picker = self.picker
+        picker.finished(a.endpoint)
         policy = self.policy
         cls = outcome.cls
+        picker.observe(a.endpoint, C.TIMEOUT if outcome.deadline_expired else cls, now)
         if cls is _CLS_SUCCESS:  # the common case, kept short
             self.deliverable = (n, outcome)
             if self.throttle is not None:
@@ -430,9 +475,9 @@ class Call:
             return False
         remaining = self.deadline - now
         per_try = self.policy.per_try_timeout
-        if per_try < remaining:
+        if per_try < remaining and self.complete:
             timeout, whole, expires = per_try, False, now + per_try
-        else:
+        else:  # the whole remaining deadline (while the request is still arriving: no per-try timer yet)
             timeout, whole, expires = remaining, True, INF
         n = len(self.attempts) + 1
         self.attempts.append(_Attempt(n, endpoint, expires, whole))
@@ -477,7 +522,7 @@ class Call:
             attempt, outcome = self.deliverable
         self.finished = True
         self.retry_at = self.hedge_at = INF
-        out.append(Finish(reason, attempt, outcome, len(self.attempts)))
+        out.append(Finish(reason, attempt, outcome, len(self.attempts), self.own_deadline))
 
     def _schedule(self, out: list[Command]) -> None:
         at = self.deadline

@@ -48,13 +48,20 @@ class BufferExceeded:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestComplete:
+    """The client's whole request has been received and handed to the attempts in flight (it was not yet at
+    ``Start``): the sidecar's own deadline and the per-try timeouts start counting."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClientGone:
     """The client cancelled or disconnected."""
 
 
-Event = Start | AttemptEnded | Tick | Committed | BufferExceeded | ClientGone
+Event = Start | AttemptEnded | Tick | Committed | RequestComplete | BufferExceeded | ClientGone
 
 START: Final = Start()
 TICK: Final = Tick()
 BUFFER_EXCEEDED: Final = BufferExceeded()
+REQUEST_COMPLETE: Final = RequestComplete()
 CLIENT_GONE: Final = ClientGone()

@@ -24,6 +24,7 @@ class Reason(StrEnum):
     BUFFER_EXCEEDED = "buffer-exceeded"
     NO_ENDPOINT = "no-endpoint"
     CANCELLED = "cancelled"  # the client went away
+    INTERNAL = "internal-error"  # a bug in the sidecar ended this request (and only this one)
     # why an attempt was cancelled
     PER_TRY_TIMEOUT = "per-try-timeout"
     HEDGE_LOST = "hedge-lost"
@@ -41,5 +42,6 @@ GIVE_UPS: Final = frozenset(
         Reason.BUFFER_EXCEEDED,
         Reason.NO_ENDPOINT,
         Reason.CANCELLED,
+        Reason.INTERNAL,
     }
 )

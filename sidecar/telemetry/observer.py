@@ -86,6 +86,7 @@ class RequestObserver(CallObserver):
         "last_delay",
         "ended",
         "reason",
+        "listener",
     )
 
     def __init__(
@@ -101,6 +102,7 @@ class RequestObserver(CallObserver):
         meters: Meters | None = None,
     ) -> None:
         self.t = t
+        self.listener = listener
         self.meters: Meters = meters if meters is not None else t.metrics.meters(listener, upstream)
         self.meters.listener.inflight += 1
         self.protocol = protocol
@@ -165,6 +167,12 @@ class RequestObserver(CallObserver):
         self.end(None if exc is None else f"{type(exc).__name__}: {exc}")
 
     # -- what the runtime calls (sidecar.runtime.CallObserver) ---------------------------------------
+    def describe(self) -> str:
+        trace = ""
+        if self.span is not None:
+            trace = f", trace {self.span.get_span_context().trace_id:032x}"
+        return f"{self.protocol} request {self.attempt_name!r} on listener {self.listener!r}{trace}"
+
     def attempt_started(self, cmd: SendAttempt) -> Mapping[str, str]:
         if cmd.hedge:
             self.meters.hedges += 1

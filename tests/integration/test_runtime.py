@@ -228,3 +228,45 @@ async def test_hedging_commit_cancels_the_other_attempts() -> None:
     assert d.finish.reason is Reason.COMMITTED and d.payload == "response-1"
     await asyncio.sleep(0)
     assert sorted(script.cancelled) == [2, 3]
+
+
+# -- a bug is contained to its request (issue 11, item 9) --------------------------------------------------
+class Broken(Recorder):
+    """An observer whose ``decision`` hook raises: a telemetry bug."""
+
+    def decision(self, d: Decision) -> None:
+        raise RuntimeError("telemetry bug")
+
+    def describe(self) -> str:
+        return "the broken request"
+
+
+async def test_an_observer_hook_that_raises_ends_only_its_request_with_an_internal_error(caplog) -> None:  # noqa: ANN001
+    policy = RetryPolicy(max_attempts=3, backoff=NO_WAIT)
+    broken = drive(make_call(policy), Script(Outcome(C.UNAVAILABLE), Outcome(C.SUCCESS)), Broken())
+    healthy = drive(make_call(policy), Script(Outcome(C.UNAVAILABLE), Outcome(C.SUCCESS)), Recorder())
+    bad, good = await asyncio.gather(broken, healthy)
+    assert bad.finish.reason is Reason.INTERNAL and bad.payload is None
+    assert good.finish.reason is Reason.SUCCESS and good.payload == "response-2"
+    failures = [r for r in caplog.records if "ended by an internal error" in r.getMessage()]
+    assert len(failures) == 1 and "the broken request" in failures[0].getMessage()
+
+
+async def test_a_timer_callback_that_raises_does_not_strand_the_others_due_in_the_same_tick() -> None:
+    from sidecar.timers import Timers
+
+    loop = asyncio.get_running_loop()
+    timers = Timers(loop)
+    fired: list[str] = []
+    done = asyncio.Event()
+    at = loop.time() + 0.001
+
+    def boom() -> None:
+        raise RuntimeError("a wake-up's bug")
+
+    timers.call_at(at, lambda: fired.append("before"))
+    timers.call_at(at, boom)
+    timers.call_at(at, lambda: fired.append("after") or done.set())
+    await done.wait()
+    assert fired == ["before", "after"]
+    assert len(timers) == 0

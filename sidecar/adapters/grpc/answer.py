@@ -4,7 +4,9 @@
 | --- | --- | --- |
 | ``success``, ``not-retryable``, ``committed`` | the upstream's status, details and trailers | — |
 | ``attempts-exhausted``, ``throttled``, ``pushback-no-retry``, ``buffer-exceeded`` | the last upstream status, plus ``grpc-retry-pushback-ms: -1`` (``give_up_pushback``) | ``DEADLINE_EXCEEDED`` if the last attempt hit its per-try timeout |
-| ``deadline`` | ``DEADLINE_EXCEEDED`` "Deadline propagation: Not enough time to handle this call" | same |
+| ``deadline``, the client's deadline (or the service config's timeout) | ``DEADLINE_EXCEEDED`` "Deadline propagation: Not enough time to handle this call" | same |
+| ``deadline``, the sidecar's own bound (the client set none) | the last upstream status, as for a give-up | ``DEADLINE_EXCEEDED`` |
+| ``internal-error`` (a sidecar bug, logged) | — | ``INTERNAL`` |
 | ``no-endpoint`` | — | ``UNAVAILABLE`` naming the upstream |
 | ``cancelled`` | — | ``CANCELLED`` (the client is gone; nobody reads it) |
 
@@ -54,8 +56,10 @@ class Answer:
 def answer(finish: Finish, status: UpstreamStatus | None, *, upstream: str, give_up_pushback: bool) -> Answer:
     reason = finish.reason
     previous = finish.attempt - 1 if status is not None and finish.attempt else finish.attempts
-    if reason is Reason.DEADLINE:
+    if reason is Reason.DEADLINE and not (finish.own_deadline and status is not None):
         code, details, trailing = grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE_DETAILS, []
+    elif reason is Reason.INTERNAL:
+        code, details, trailing = grpc.StatusCode.INTERNAL, "sidecar: internal error (logged)", []
     elif status is not None:
         code, details, trailing = status.code, status.details, response_metadata(status.trailing)
     elif reason is Reason.NO_ENDPOINT:

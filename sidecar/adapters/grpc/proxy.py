@@ -55,10 +55,12 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     pc = compiled.config
     incoming = [(m.key, m.value) for m in context.invocation_metadata() or ()]
     received = _received_timeout(context, incoming, pc.deadline.header)
-    timeout = received if received is not None else compiled.engine.deadline
+    # The client's deadline: what it sent, capped by the service config's timeout (which a direct channel
+    # would have applied as the call's deadline). Without either, the policy's default is the sidecar's own.
+    timeout = received
     if route.timeout_cap is not None:
-        timeout = min(timeout, route.timeout_cap)
-    deadline = loop.time() + timeout if math.isfinite(timeout) else math.inf
+        timeout = route.timeout_cap if timeout is None else min(timeout, route.timeout_cap)
+    deadline = loop.time() + timeout if timeout is not None and math.isfinite(timeout) else math.inf
     obs = services.telemetry.request(
         listener=shared.listener,
         upstream=shared.upstream.name,
@@ -86,7 +88,13 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
             replayable = True
         if not replayable:
             obs.buffer_exceeded()
-        call = services.new_call(compiled, shared.upstream, deadline=deadline, replayable=replayable)
+        call = services.new_call(
+            compiled,
+            shared.upstream,
+            deadline=deadline,
+            default_timeout=compiled.engine.deadline,
+            replayable=replayable,
+        )
         down = Downstream(context, call, stream)
         attempter = Attempter(
             channels=shared.channels,

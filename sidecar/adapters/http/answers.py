@@ -3,9 +3,12 @@
 =================================  ==============================================================
 engine finish                      answer to the client
 =================================  ==============================================================
-``deadline``                       ``deadline.expired_status`` (498), body ``Deadline expired``,
+``deadline``, the client's          ``deadline.expired_status`` (498), body ``Deadline expired``,
                                    header ``X-YaTaxi-Deadline-Expired: 1`` (even after an upstream
                                    answer: nobody waits for it any more)
+``deadline``, the sidecar's own    the last upstream response, unchanged (its ``Retry-After``
+(the client sent none)             included); 504 ``upstream timed out`` when none came
+``internal-error``                 500, ``internal error`` (a sidecar bug, logged)
 ``cancelled`` (client went away)   nothing (there is no one to answer)
 any other, an upstream answered    that upstream response, unchanged (status, headers, body)
 any other, nobody answered:
@@ -48,7 +51,11 @@ def for_finish(finish: Finish, expired_status: int) -> Answer | None:
     deadline overrides it). ``None`` for ``cancelled``: the client is gone."""
     reason = finish.reason
     if reason is Reason.DEADLINE:
+        if finish.own_deadline:
+            return text(504, f"upstream timed out (no answer within the sidecar's {reason.value})")
         return deadline_expired(expired_status)
+    if reason is Reason.INTERNAL:
+        return text(500, "internal error (logged)")
     if reason is Reason.CANCELLED:
         return None
     tries = f" after {finish.attempts} attempt{'s' if finish.attempts != 1 else ''}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from typing import TYPE_CHECKING, Any, Final
 
 import httptools
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 
 log: Final = logging.getLogger("sidecar.http")
+INF: Final = math.inf
 _LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
 _CANCELLED: Final = Reason.CANCELLED  # constants: compiled, an enum member is an attribute lookup
 _DEADLINE: Final = Reason.DEADLINE
@@ -135,7 +137,7 @@ class Forwarder:
             replace_trace=self.tracing,
         )
         timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None
-        deadline = req.began + (timeout if timeout is not None else plan.default_deadline)
+        deadline = req.began + timeout if timeout is not None else INF  # the client's, from arrival
         method = "GET" if req.method == b"GET" else _METHODS.get(req.method) or req.method.decode("latin-1")
         attrs: dict[str, str | int] | None = None
         if self.tracing:  # span attributes cost only when there are spans
@@ -172,6 +174,7 @@ class Forwarder:
             plan.policy,
             plan.upstream,
             deadline=deadline,
+            default_timeout=plan.default_deadline,
             retry_on=None if may_retry else plan.connect_only,
             replayable=replayable,
         )
@@ -271,8 +274,9 @@ class Forwarding(CallOwner):
             return
         resp = payload
         expired = finish.outcome is not None and finish.outcome.deadline_expired
-        if resp is not None and (finish.reason is _DEADLINE or expired):
-            # Nobody waits for it any more, or the upstream said it ran out of time: never a body to pass on.
+        if resp is not None and (finish.reason is _DEADLINE or expired) and not finish.own_deadline:
+            # The client's deadline: nobody waits for it any more, or the upstream said it ran out of time:
+            # never a body to pass on. (Without a client deadline, the upstream's answer is delivered as is.)
             self.attempter.discard(resp)
             resp = None
         if resp is None:

@@ -8,10 +8,13 @@ success, not-retryable, attempts-      the delivered attempt's reply (the previo
 exhausted, throttled, pushback-no-     said ``NoWritesPerformed``), with ``RetryableError``/``RetryableWriteError``
 retry                                  removed unless ``final_error_labels: keep``; a failure without a reply
                                        becomes the sidecar's error document (``replies.py``)
-deadline, the last attempt's own error that error (a backoff would have crossed the deadline, or the upstream
-                                       said its maxTimeMS expired)
+deadline (the app's maxTimeMS), the    that error (a backoff would have crossed the deadline, or the upstream
+last attempt's own error               said its maxTimeMS expired)
+deadline (the policy's default: the    the last reply received, whichever attempt gave it
+app sent no maxTimeMS), a reply came
 deadline, otherwise                    code 50 MaxTimeMSExpired (the deadline passed before any attempt, or
                                        while one was out)
+internal-error                         code 1 InternalError (a sidecar bug, logged)
 no-endpoint                            code 133 FailedToSatisfyReadPreference naming what each server is
 cancelled                              nothing (the app went away)
 =====================================  =========================================================================
@@ -168,8 +171,9 @@ async def forward(up: Upstream, msg: wire.Msg, cmd: Command) -> bytes | None:
     loop = asyncio.get_running_loop()
     now = loop.time()
     policy = up.policy
-    timeout = cmd.max_time_ms / 1000.0 if cmd.max_time_ms is not None else policy.engine.deadline
-    deadline = now + timeout
+    # maxTimeMS is the app's deadline; without it the policy's default is the sidecar's own bound.
+    deadline = now + cmd.max_time_ms / 1000.0 if cmd.max_time_ms is not None else math.inf
+    bound = deadline if cmd.max_time_ms is not None else now + policy.engine.deadline
     candidates: list[str] | None = None
     max_attempts: int | None = None
     pinned: str | None = None
@@ -187,7 +191,7 @@ async def forward(up: Upstream, msg: wire.Msg, cmd: Command) -> bytes | None:
     rp = cmd.read_preference
     topology = up.topology
     if candidates is None and not topology.eligible(rp):
-        await topology.wait_selectable(rp, max(0.0, min(deadline - now, up.server_selection_timeout)))
+        await topology.wait_selectable(rp, max(0.0, min(bound - now, up.server_selection_timeout)))
     attrs = {"db.system.name": "mongodb", "db.operation.name": cmd.name, "db.namespace": cmd.db}
     if cmd.collection:
         attrs["db.collection.name"] = cmd.collection
@@ -204,6 +208,7 @@ async def forward(up: Upstream, msg: wire.Msg, cmd: Command) -> bytes | None:
             policy,
             up.runtime,
             deadline=deadline,
+            default_timeout=max(0.0, bound - loop.time()),  # counted from arrival, as the command was whole
             candidates=candidates,
             retry_on=retry_on,
             max_attempts=max_attempts,
@@ -245,8 +250,12 @@ def _answer(up: Upstream, cmd: Command, msg: wire.Msg, delivery: Delivery) -> tu
     payload = delivery.payload
     if f.reason is Reason.CANCELLED or msg.more_to_come:
         return None, None if f.reason is Reason.SUCCESS else f.reason.value
-    if f.reason is Reason.DEADLINE and (f.attempt is None or f.attempt != f.attempts or payload is None):
+    if f.reason is Reason.DEADLINE and (
+        payload is None or not f.own_deadline and (f.attempt is None or f.attempt != f.attempts)
+    ):
         return replies.deadline_doc(cmd), "deadline"
+    if f.reason is Reason.INTERNAL:
+        return replies.error_doc(1, "InternalError", "retry-sidecar: internal error (logged)"), "internal-error"
     if f.reason is Reason.NO_ENDPOINT:
         return replies.no_server_doc(up.topology.describe_unselectable(cmd.read_preference)), "no-endpoint"
     if payload is None:  # the attempt failed inside the sidecar (logged by the runtime)

@@ -1,0 +1,100 @@
+"""Whose deadline it is, and when the clocks start (issue 11's rules).
+
+- The client's deadline counts from arrival (userver); the sidecar's own bound (the policy's default, used
+  when the client sent none) and the per-try timeout start when the whole request is upstream (Envoy).
+- A deadline the client did not set ends the request with the last upstream answer, unchanged
+  (``Finish.own_deadline``); the client's own gets the protocol's deadline answer (adapters).
+"""
+
+from sidecar.policy import (
+    REQUEST_COMPLETE,
+    START,
+    AttemptEnded,
+    CancelAttempt,
+    Finish,
+    OutcomeClass,
+    Reason,
+    RetryPolicy,
+    SendAttempt,
+    Wake,
+)
+from tests.unit.playbook import INF, OK, UNAVAILABLE, Driver, StrictBalancer, make_call, pushback
+
+C = OutcomeClass
+POLICY = RetryPolicy(per_try_timeout=2.0, deadline=10.0)
+
+
+def test_an_upload_still_arriving_has_no_per_try_timer_and_it_starts_when_the_request_is_complete() -> None:
+    d = Driver(make_call(POLICY, deadline=INF, default_timeout=10.0, request_complete=False))
+    out = d(START, 0.0)
+    (send,) = [c for c in out if isinstance(c, SendAttempt)]
+    assert send.timeout == INF and send.whole_deadline  # nothing to propagate: no deadline runs yet
+    assert [c for c in out if isinstance(c, Wake)] == []  # no timer at all while the body flows
+    # The upload takes 30 s (far past the per-try timeout and the default deadline): nothing fires.
+    assert d(REQUEST_COMPLETE, 30.0) == [Wake(32.0)]
+    out = d.tick()
+    assert out[0] == CancelAttempt(1, Reason.PER_TRY_TIMEOUT)
+    assert d.call.deadline == 40.0  # the sidecar's own bound: 10 s from completion
+
+
+def test_the_clients_deadline_counts_from_arrival_even_while_the_body_arrives() -> None:
+    d = Driver(make_call(POLICY, deadline=5.0, default_timeout=10.0, request_complete=False))
+    (send,) = [c for c in d(START, 0.0) if isinstance(c, SendAttempt)]
+    assert send.timeout == 5.0 and send.whole_deadline  # what remains of the client's deadline
+    assert d.wake == 5.0
+    assert d(REQUEST_COMPLETE, 1.0) == [Wake(3.0)]  # per-try (2 s) from completion, sooner than the deadline
+    finish = d.call.handle(REQUEST_COMPLETE, 1.5)  # a second completion changes nothing
+    assert finish == []
+
+
+def test_a_complete_request_starts_its_default_deadline_and_per_try_timer_at_start() -> None:
+    d = Driver(make_call(POLICY, deadline=INF, default_timeout=10.0))
+    (send,) = [c for c in d(START, 3.0) if isinstance(c, SendAttempt)]
+    assert (send.timeout, send.whole_deadline) == (2.0, False)
+    assert d.wake == 5.0 and d.call.deadline == 13.0
+
+
+def test_a_pushback_past_the_sidecars_own_deadline_delivers_the_upstream_answer() -> None:
+    d = Driver(make_call(POLICY, deadline=INF, default_timeout=10.0))
+    d(START, 0.0)
+    out = d(AttemptEnded(1, pushback(UNAVAILABLE, 60.0)), 0.1)
+    finish = out[-1]
+    assert finish == Finish(Reason.DEADLINE, 1, pushback(UNAVAILABLE, 60.0), 1, own_deadline=True)
+
+
+def test_a_pushback_past_the_clients_deadline_is_the_clients_deadline() -> None:
+    d = Driver(make_call(POLICY, deadline=10.0))
+    d(START, 0.0)
+    finish = d(AttemptEnded(1, pushback(UNAVAILABLE, 60.0)), 0.1)[-1]
+    assert finish.reason is Reason.DEADLINE and finish.own_deadline is False
+
+
+def test_no_deadline_at_all_when_the_client_sent_none_and_the_policy_has_none() -> None:
+    d = Driver(make_call(RetryPolicy(per_try_timeout=INF, deadline=INF), deadline=INF))
+    (send,) = [c for c in d(START, 0.0) if isinstance(c, SendAttempt)]
+    assert send.timeout == INF
+    assert d.wake == INF
+    assert d(AttemptEnded(1, OK), 1e6)[-1].reason is Reason.SUCCESS
+
+
+class Seen(StrictBalancer):
+    """Records what the engine tells the picker about each attempt's result."""
+
+    def __init__(self) -> None:
+        super().__init__(("a", "b"))
+        self.seen: list[tuple[str, OutcomeClass, float]] = []
+
+    def observe(self, endpoint: str, outcome: OutcomeClass, now: float) -> None:
+        self.seen.append((endpoint, outcome, now))
+
+
+def test_the_picker_observes_every_result_per_try_timeouts_included() -> None:
+    picker = Seen()
+    call = make_call(POLICY, balancer=picker, deadline=INF, default_timeout=10.0)
+    d = Driver(call)
+    d(START, 0.0)
+    d(AttemptEnded(1, UNAVAILABLE), 0.5)
+    d.tick()  # the retry after its backoff
+    d.tick()  # attempt 2 hits its per-try timeout
+    (first, _, at1), (second, cls2, at2) = picker.seen
+    assert (at1, cls2) == (0.5, C.TIMEOUT) and first != second and at2 > at1
