@@ -234,6 +234,16 @@ def test_with_a_single_endpoint_a_connect_failure_backs_off_and_pays():
     assert d.decisions[0].reason is R.RETRY and d.decisions[0].delay > 0
 
 
+def test_no_free_retry_when_the_only_other_endpoint_is_ejected():
+    b = Balancer(["a", "b"], outliers=SPEC)
+    for _ in range(3):
+        b.observe("b", C.CONNECT_FAILURE, 0.0)
+    assert not b.alternative("a", None) and b.alternative("b", None)
+    d = run(make_call(RetryPolicy(max_attempts=3), balancer=b), [CONNECT, OK], now=1.0)
+    assert d.sends[0].endpoint == "a"
+    assert d.decisions[0].reason is R.RETRY and d.decisions[0].delay > 0
+
+
 def test_only_one_free_retry_per_request():
     b = Balancer(["a", "b", "c"], outliers=OutlierSpec(max_ejection_percent=100.0))
     policy = RetryPolicy(max_attempts=3, throttle=None)
