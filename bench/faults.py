@@ -206,11 +206,19 @@ def main() -> None:
         f"{args.after:.0f} s after the fault; {args.runs} runs each (medians, spread min..max); "
         "the policy is http-default (3 attempts, per-try timeout 2 s, A6 budget of 10 tokens); "
         "outlier detection at its defaults (3 connect failures / 5 errors / 5 timeouts, 5 s base ejection)",
+        "both columns have this branch's free retry of a connect failure on another endpoint (no budget): "
+        "before it, a killed endpoint cost 50 % of the requests for the whole outage (issue 16); the baseline "
+        "column shows what outlier detection adds on top: the dead endpoint's share of first attempts",
+        "stop: http-default does not retry timeouts, so a request whose attempt went to the stopped endpoint "
+        "fails after its 2 s per-try timeout; with outlier detection, after 5 timeouts it gets no first "
+        "attempts (then one probe per ejection time, which fails the same way)",
     ]
     for scenario in args.scenario or ["kill", "stop"]:
         first_second: dict[str, list[float | None]] = {c: [] for c in COLUMNS}
         worst_after: dict[str, list[float | None]] = {c: [] for c in COLUMNS}
         recovered: dict[str, list[float | None]] = {c: [] for c in COLUMNS}
+        wasted: dict[str, list[float | None]] = {c: [] for c in COLUMNS}
+        failed: dict[str, list[float | None]] = {c: [] for c in COLUMNS}
         for col in COLUMNS:
             for i in range(args.runs):
                 seconds, seen = run_once(scenario, col == "outlier detection", args.rate, args.after)
@@ -222,6 +230,10 @@ def main() -> None:
                 late = [100.0 * k / n for s, (n, k) in seconds.items() if s >= GOAL_AFTER and n]
                 worst_after[col].append(min(late) if late else None)
                 recovered[col].append(recovered_after(seconds))
+                wasted[col].append(
+                    sum(v for k, v in seen.items() if k.startswith("attempts:") and k != "attempts:success")
+                )
+                failed[col].append(float(sum(n - k for n, k in seconds.values())))
         worst = median(worst_after["outlier detection"])
         rows += [
             row(
@@ -243,6 +255,18 @@ def main() -> None:
                 "s",
                 {c: median(recovered[c]) for c in COLUMNS},
                 spread={c: spread(recovered[c]) for c in COLUMNS},
+            ),
+            row(
+                f"{scenario}: failed upstream attempts",
+                "",
+                {c: median(wasted[c]) for c in COLUMNS},
+                spread={c: spread(wasted[c]) for c in COLUMNS},
+            ),
+            row(
+                f"{scenario}: failed requests",
+                "",
+                {c: median(failed[c]) for c in COLUMNS},
+                spread={c: spread(failed[c]) for c in COLUMNS},
             ),
         ]
     show(COLUMNS, rows)
