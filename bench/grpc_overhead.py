@@ -11,7 +11,9 @@ is installed (Debian: ``apt-get install -y nghttp2-client``), each run also meas
 connection, 32 streams): a C client that leaves the Python upstream, not the client, as the direct limit.
 
 Each run measures the direct target and the sidecar back to back (the order alternates); figures are the
-medians over ``--runs`` runs with their spread (min-max). Writes ``bench/results/grpc.json``.
+medians over ``--runs`` runs with their spread (min-max). The sidecar's CPU time per call (user + system,
+from ``/proc``, over the concurrent load and its warm-up) is the figure that a shared, noisy machine moves
+least: calls/s there depend on what else runs. Writes ``bench/results/grpc.json``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "grpc.json"
 PY = sys.executable
 KEYS = ("calls_per_s", "p50_ms", "p99_ms", "serial_p50_ms")
+WARMUP = 200
 
 
 def pinned(cpu: int) -> list[str]:
@@ -80,7 +83,7 @@ async def _load(target: str, duration: float, concurrency: int) -> dict:
     async with grpc.aio.insecure_channel(target, options=(("grpc.enable_retries", 0),)) as ch:
         call = ch.unary_unary("/bench.Echo/Call")
         body = b"x" * 64
-        for _ in range(200):  # warm up
+        for _ in range(WARMUP):
             await call(body, timeout=1.0)
         latencies: list[float] = []
         errors = 0
@@ -120,6 +123,12 @@ def load(target: str, duration: float, concurrency: int) -> dict:
         check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def h2load(port: int, duration: float, concurrency: int, body: Path) -> float | None:
@@ -208,14 +217,18 @@ def main() -> None:
             for i in range(args.runs):
                 order = ["direct", "sidecar"] if i % 2 == 0 else ["sidecar", "direct"]
                 for name in order:
+                    cpu0 = cpu_seconds(sidecar.pid)
                     r = load(targets[name], args.duration, args.concurrency)
+                    if name == "sidecar":
+                        r["cpu_us_per_call"] = (cpu_seconds(sidecar.pid) - cpu0) / (r["calls"] + WARMUP) * 1e6
                     r["serial_p50_ms"] = load(targets[name], min(2.0, args.duration), 1)["p50_ms"]
                     r["h2load_calls_per_s"] = h2load(ports[name], args.duration, args.concurrency, body)
                     runs[name].append(r)
                     print(
                         f"run {i + 1} {name:>7}: {r['calls_per_s']:8.0f} calls/s  p50 {r['p50_ms']:6.2f} ms  "
                         f"p99 {r['p99_ms']:6.2f} ms  errors {r['errors']}; one in flight: p50 {r['serial_p50_ms']:.3f} ms; "
-                        f"h2load {r['h2load_calls_per_s']} calls/s",
+                        f"h2load {r['h2load_calls_per_s']} calls/s"
+                        + (f"; sidecar CPU {r['cpu_us_per_call']:.0f} us/call" if name == "sidecar" else ""),
                         flush=True,
                     )
         finally:
@@ -244,6 +257,7 @@ def main() -> None:
         "sidecar": {k: spread([r[k] for r in runs["sidecar"]]) for k in KEYS},
         "ratio_calls_per_s": spread(ratios),
         "added_p50_ms_one_in_flight": spread(added),
+        "sidecar_cpu_us_per_call": spread([r["cpu_us_per_call"] for r in runs["sidecar"]]),
         "h2load": None
         if not h2
         else {
@@ -263,7 +277,9 @@ def main() -> None:
         f"{d['p50_ms']['median']:.2f} -> {s['p50_ms']['median']:.2f} ms, p99 {d['p99_ms']['median']:.2f} -> "
         f"{s['p99_ms']['median']:.2f} ms at {args.concurrency} in flight; one call in flight: p50 "
         f"{d['serial_p50_ms']['median']:.3f} -> {s['serial_p50_ms']['median']:.3f} ms (added "
-        f"{summary['added_p50_ms_one_in_flight']['median']:.3f} ms). Wrote {RESULTS.relative_to(ROOT)}"
+        f"{summary['added_p50_ms_one_in_flight']['median']:.3f} ms); sidecar CPU "
+        f"{summary['sidecar_cpu_us_per_call']['median']:.0f} us/call (runs {summary['sidecar_cpu_us_per_call']['min']:.0f}-"
+        f"{summary['sidecar_cpu_us_per_call']['max']:.0f}). Wrote {RESULTS.relative_to(ROOT)}"
     )
     if summary["h2load"]:
         h = summary["h2load"]

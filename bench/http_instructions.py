@@ -56,7 +56,7 @@ def get(port: int, n: int, connections: int) -> None:
         s.close()
 
 
-def count(name: str, cmd: list[str], port: int, out: Path, n: int) -> float:
+def count(name: str, cmd: list[str], port: int, out: Path, n: int, start_timeout: float = 120) -> float:
     """Instructions per request of ``cmd`` (listening on ``port``) for ``n`` requests after a warm-up."""
     proc = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
@@ -64,7 +64,7 @@ def count(name: str, cmd: list[str], port: int, out: Path, n: int) -> float:
         stderr=subprocess.PIPE,
     )
     try:
-        wait_port(port, proc, timeout=120)
+        wait_port(port, proc, timeout=start_timeout)  # under valgrind, start-up is slow
         get(port, 300, 8)  # warm up: connections, pools, caches
         subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
         get(port, n, 8)
@@ -83,6 +83,9 @@ def count(name: str, cmd: list[str], port: int, out: Path, n: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument(
+        "--start-timeout", type=float, default=120, help="seconds to wait for a proxy to start under valgrind"
+    )
     args = ap.parse_args()
     for tool in ("valgrind", "callgrind_control", "nginx", "haproxy", "taskset"):
         if shutil.which(tool) is None:
@@ -97,10 +100,20 @@ def main() -> int:
             sidecar = [str(ROOT / ".venv" / "bin" / "sidecar"), "run", "-c", str(sidecar_conf(tmp, sp, up))]
             per = {
                 "haproxy": count(
-                    "haproxy", ["haproxy", "-f", str(haproxy_conf(tmp, hp, up))], hp, tmp / "h", args.requests
+                    "haproxy",
+                    ["haproxy", "-f", str(haproxy_conf(tmp, hp, up))],
+                    hp,
+                    tmp / "h",
+                    args.requests,
+                    args.start_timeout,
                 ),
                 "sidecar": count(
-                    "sidecar", [*sidecar, "--log-level", "warning"], sp, tmp / "s", args.requests
+                    "sidecar",
+                    [*sidecar, "--log-level", "warning"],
+                    sp,
+                    tmp / "s",
+                    args.requests,
+                    args.start_timeout,
                 ),
             }
         finally:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .config import Config, PolicyConfig, UpstreamConfig, retry_policy
 from .policy import Call, EndpointPicker, OutcomeClass, RetryPolicy, Throttle, ThrottleSpec, make_throttle
-from .telemetry import Telemetry
+from .telemetry import RequestObserver, Telemetry
+from .telemetry.metrics import Meters
 from .upstream.balancer import Balancer
 from .upstream.outlier import OutlierSpec
 
@@ -92,6 +94,66 @@ class Services:
 
     def upstream(self, name: str) -> UpstreamRuntime:
         return self.upstreams[name]
+
+    def begin_request(
+        self,
+        policy: CompiledPolicy,
+        upstream: UpstreamRuntime,
+        *,
+        listener: str,
+        protocol: str,
+        name: str,
+        arrival: float,
+        received: float | None,
+        cap: float | None = None,
+        default_timeout: float | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        parent: Mapping[str, str] | None = None,
+        meters: Meters | None = None,
+        request_complete: bool = True,
+        replayable: bool = True,
+        candidates: Sequence[str] | None = None,
+        retry_on: Collection[OutcomeClass] | None = None,
+        max_attempts: int | None = None,
+        picker: EndpointPicker | None = None,
+    ) -> tuple[Call, RequestObserver]:
+        """What every protocol does before a request's first attempt: its deadline, its telemetry, its engine
+        call (and, later, where admission is decided).
+
+        ``received``: the timeout the client sent (seconds; ``None``: none), counted from ``arrival``;
+        ``cap``: a timeout the adapter applies as if the client had sent it (gRPC's service config).
+        Without either, the policy's default (or ``default_timeout``) is the sidecar's own bound, counted
+        from when the request is complete (``Call``). ``name``, ``attributes``, ``parent``: the request
+        span's (see ``Telemetry.request``); the other keywords narrow the call (``new_call``)."""
+        timeout = received
+        if cap is not None:
+            timeout = cap if timeout is None else min(timeout, cap)
+        obs = self.telemetry.request(
+            listener=listener,
+            upstream=upstream.name,
+            protocol=protocol,
+            name=name,
+            attributes=attributes,
+            parent=parent,
+            meters=meters,
+        )
+        if received is not None:
+            obs.deadline_received(received)
+        if not replayable:
+            obs.buffer_exceeded()
+        call = self.new_call(
+            policy,
+            upstream,
+            deadline=arrival + timeout if timeout is not None else math.inf,
+            default_timeout=policy.engine.deadline if default_timeout is None else default_timeout,
+            request_complete=request_complete,
+            candidates=candidates,
+            retry_on=retry_on,
+            max_attempts=max_attempts,
+            replayable=replayable,
+            picker=picker,
+        )
+        return call, obs
 
     def new_call(
         self,

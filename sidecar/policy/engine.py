@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
-from typing import Final
+from typing import Final, Protocol
 
 from mypy_extensions import mypyc_attr
 
@@ -36,7 +36,7 @@ from .events import (
     Start,
     Tick,
 )
-from .outcome import Outcome, OutcomeClass
+from .outcome import Outcome, OutcomeClass, Pushback
 from .reasons import Reason
 from .spec import RetryPolicy
 from .throttle import Throttle
@@ -44,6 +44,14 @@ from .throttle import Throttle
 INF: Final = math.inf
 C: Final = OutcomeClass
 Rand = Callable[[], float]
+
+
+class Decide(Protocol):
+    """Records the decision that followed the attempt being handled (a closure over it in ``_ended``)."""
+
+    def __call__(self, reason: Reason, delay: float = 0.0) -> None: ...
+
+
 _WON: Final = frozenset({Reason.SUCCESS, Reason.NOT_RETRYABLE, Reason.COMMITTED})
 #: Members read on every request, as constants: compiled, ``Reason.SUCCESS`` is an attribute lookup each time.
 _CLS_SUCCESS: Final = OutcomeClass.SUCCESS
@@ -368,10 +376,19 @@ class Call:
             self._after_retry(cls, pushback, transparent, now, out, decide)
 
     # -- retry mode -----------------------------------------------------------------------------------
-    def _after_retry(self, cls, pushback, transparent, now, out, decide) -> None:  # noqa: ANN001
+    def _after_retry(
+        self,
+        cls: OutcomeClass,
+        pushback: Pushback | None,
+        transparent: bool,
+        now: float,
+        out: list[Command],
+        decide: Decide,
+    ) -> None:
         if cls not in self.retry_on:
             return self._give_up(Reason.NOT_RETRYABLE, out, decide)
-        if pushback is not None and pushback.stop:
+        wait = pushback.delay if pushback is not None else None  # the server's wait (None: none, or stop)
+        if pushback is not None and wait is None:
             return self._give_up(Reason.PUSHBACK_NO_RETRY, out, decide)
         if not self.replayable:
             return self._give_up(Reason.BUFFER_EXCEEDED, out, decide)
@@ -383,8 +400,8 @@ class Call:
             self._send(now, out, hedge=0)
             self.free_attempt = len(self.attempts)  # not a paid retry: no token taken, none returned
             return None
-        if pushback is not None:
-            delay = pushback.delay
+        if wait is not None:
+            delay = wait
             self._backoff().reset()
         elif cls in self.policy.backoff_on:
             delay = self._backoff().next(self.rand)
@@ -403,24 +420,33 @@ class Call:
         return None
 
     # -- hedging mode ---------------------------------------------------------------------------------
-    def _after_hedge(self, n, cls, pushback, now, out, decide) -> None:  # noqa: ANN001
+    def _after_hedge(
+        self,
+        n: int,
+        cls: OutcomeClass,
+        pushback: Pushback | None,
+        now: float,
+        out: list[Command],
+        decide: Decide,
+    ) -> None:
         assert self.hedging is not None
         if cls not in self.hedging.non_fatal:
             return self._give_up(Reason.NOT_RETRYABLE, out, decide)
         if self.stop_reason is None:
-            if pushback is not None and pushback.stop:
+            wait = pushback.delay if pushback is not None else None  # the server's wait (None: none, or stop)
+            if pushback is not None and wait is None:
                 self.stop_reason = Reason.PUSHBACK_NO_RETRY
                 self.hedge_at = INF
             elif len(self.attempts) >= self.max_attempts:
                 self.stop_reason = Reason.ATTEMPTS_EXHAUSTED
                 self.hedge_at = INF
-            elif pushback is not None:
+            elif wait is not None:
                 # A6: the next hedge goes in n ms; later ones resume at n + hedging_delay.
-                if now + pushback.delay >= self.deadline:
+                if now + wait >= self.deadline:
                     self.stop_reason = Reason.DEADLINE
                     self.hedge_at = INF
                 else:
-                    self.hedge_at = now + pushback.delay
+                    self.hedge_at = now + wait
             else:
                 self.hedge_at = now  # a non-fatal result sends the next hedge at once
         mark = len(out)
@@ -506,7 +532,7 @@ class Call:
         self.picker.finished(a.endpoint)
         out.append(CancelAttempt(a.n, reason))
 
-    def _give_up(self, reason: Reason, out: list[Command], decide) -> None:  # noqa: ANN001
+    def _give_up(self, reason: Reason, out: list[Command], decide: Decide) -> None:
         decide(reason)
         self._finish(reason, out)
 

@@ -11,6 +11,11 @@ The ``sidecar`` strategy builds a real :class:`sidecar.policy.Call` per request,
 the policy compiled by the sidecar's own config loader; virtual ``now`` and a seeded random go in. What
 the runtime does with the commands (send, cancel, wake, finish) is done here with events. An attempt the
 engine cancels (per-try timeout, deadline, lost hedge) is abandoned: the server still works on it.
+
+A sidecar may also have a request limiter at its door (``limiter``: a factory of
+:class:`sidecar.admission.RateLimiter`, one per instance, given virtual ``now``): a request then waits for its
+borrowed token before its ``Call`` starts, or is refused at once and ends without an attempt (counted in
+``Sidecar.rejected``; its client sees a failure). Not yet a scenario key: the admission wiring will add one.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ..admission import RateLimiter
 from ..policy import (
     START,
     TICK,
@@ -43,6 +49,10 @@ from .scenario import Scenario
 
 INF = math.inf
 SYN_RETRY = 1.0  # Linux's first SYN retransmission timeout
+#: How a request refused by the limiter ends: no attempt was made (the retry budget is not involved).
+REJECTED = Finish(Reason.THROTTLED, None, None, 0)
+
+LimiterFactory = Callable[[float], RateLimiter]  # now -> a new limiter
 
 
 class Loop:
@@ -255,9 +265,17 @@ class Sidecar:
     """One sidecar instance: its balancer and retry budget, carrying out the engine's commands in events."""
 
     def __init__(
-        self, loop: Loop, policy: SidecarPolicy, servers: Servers, rec: Record, rand: random.Random
+        self,
+        loop: Loop,
+        policy: SidecarPolicy,
+        servers: Servers,
+        rec: Record,
+        rand: random.Random,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.loop = loop
+        self.limiter = limiter
+        self.rejected = 0  # requests the limiter refused
         self.policy = policy
         self.servers = servers
         self.rec = rec
@@ -271,6 +289,25 @@ class Sidecar:
         self.max_attempts_seen = 0  # the most attempts any request made (counted here, not by the engine)
 
     def request(self, deadline: float, done: Callable[[Finish], None]) -> None:
+        limiter = self.limiter
+        if limiter is None:
+            self._start(deadline, done)
+            return
+        d = limiter.acquire(self.loop.now, deadline)
+        if d.admitted:
+            self._start(deadline, done)
+        elif d.queued:
+            self.loop.at(d.at, self._dequeued, d.waiter, deadline, done)
+        else:
+            self.rejected += 1
+            done(REJECTED)
+
+    def _dequeued(self, waiter: int, deadline: float, done: Callable[[Finish], None]) -> None:
+        assert self.limiter is not None
+        self.limiter.admit_queued(waiter)  # (its wait ends before its deadline: the limiter saw to that)
+        self._start(deadline, done)
+
+    def _start(self, deadline: float, done: Callable[[Finish], None]) -> None:
         call = Call(
             self.policy.engine,
             picker=self.balancer,
@@ -323,7 +360,9 @@ class Sidecar:
 class SidecarClients:
     """``sidecar``: each client sends once, through its sidecar, with its timeout as the deadline."""
 
-    def __init__(self, loop: Loop, s: Scenario, servers: Servers, rec: Record) -> None:
+    def __init__(
+        self, loop: Loop, s: Scenario, servers: Servers, rec: Record, limiter: LimiterFactory | None = None
+    ) -> None:
         self.loop = loop
         self.spec = s.clients
         self.rec = rec
@@ -332,7 +371,8 @@ class SidecarClients:
         policy = compile_policy(s, [f"replica-{i}:{i}" for i in range(s.server.replicas)])
         sidecar_rand = random.Random(f"{s.seed}-sidecar")
         self.sidecars = [
-            Sidecar(loop, policy, servers, rec, sidecar_rand) for _ in range(s.sidecar.instances)
+            Sidecar(loop, policy, servers, rec, sidecar_rand, limiter(loop.now) if limiter else None)
+            for _ in range(s.sidecar.instances)
         ]
         self.clients = [_Client() for _ in range(s.clients.count)]
         for i, c in enumerate(self.clients):
@@ -366,20 +406,24 @@ class SidecarClients:
         return max(sc.max_attempts_seen for sc in self.sidecars)
 
 
-def run(s: Scenario, strategy: str) -> Record:
-    """Run one strategy through the scenario; the per-second record."""
-    return simulate(s, strategy)[0]
+def run(s: Scenario, strategy: str, limiter: LimiterFactory | None = None) -> Record:
+    """Run one strategy through the scenario; the per-second record. ``limiter``: ``sidecar`` only."""
+    return simulate(s, strategy, limiter)[0]
 
 
-def simulate(s: Scenario, strategy: str) -> tuple[Record, DirectClients | SidecarClients]:
+def simulate(
+    s: Scenario, strategy: str, limiter: LimiterFactory | None = None
+) -> tuple[Record, DirectClients | SidecarClients]:
     """Like :func:`run`, and the clients object too (tests look inside: attempts per request, sidecars)."""
     loop = Loop()
     rec = Record(s.duration)
     servers = Servers(loop, s, rec)
     clients: DirectClients | SidecarClients
     if strategy == "sidecar":
-        clients = SidecarClients(loop, s, servers, rec)
+        clients = SidecarClients(loop, s, servers, rec, limiter)
     else:
+        if limiter is not None:
+            raise ValueError(f"a request limiter sits in a sidecar: not with the {strategy!r} strategy")
         clients = DirectClients(loop, s, servers, rec, strategy)
     loop.run(s.duration)
     rec.open_at_end(clients.open_requests(), s.duration, s.clients.timeout)

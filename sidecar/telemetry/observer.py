@@ -27,7 +27,6 @@ from .metrics import Meters, Metrics
 from .tracing import PROPAGATOR, make_provider, tracer
 
 _EMPTY: Final[Mapping[str, str]] = {}
-_NO_SPANS: Final[dict[int, Any]] = {}  # shared and never written: only a traced request keeps attempt spans
 #: Read on every request: constants, not attribute lookups on the enum (compiled).
 _THROTTLED: Final = Reason.THROTTLED
 _RETRY: Final = Reason.RETRY
@@ -110,7 +109,7 @@ class RequestObserver(CallObserver):
         self.last_delay = 0.0
         self.ended = False
         self.reason: Reason | None = None
-        self.attempt_spans: dict[int, Any] = _NO_SPANS
+        self.attempt_spans: dict[int, Any] | None = None  # only a traced request keeps attempt spans
         self.attempt_attrs: Mapping[str, Any] = attributes or _EMPTY
         self.attempt_name = attempt_name or name
         self.span = None
@@ -153,9 +152,10 @@ class RequestObserver(CallObserver):
         self.meters.listener.inflight -= 1
         self.meters.duration.observe(_perf_counter() - self.started)
         if self.span is not None:
-            for span in self.attempt_spans.values():
-                span.end()
-            self.attempt_spans.clear()
+            if self.attempt_spans:
+                for span in self.attempt_spans.values():
+                    span.end()
+                self.attempt_spans.clear()
             if error is not None:
                 self.span.set_status(Status(StatusCode.ERROR, error))
             self.span.end()
@@ -177,7 +177,8 @@ class RequestObserver(CallObserver):
         if cmd.hedge:
             self.meters.hedges += 1
         tracer = self.t.tracer
-        if tracer is None or self.span is None:
+        spans = self.attempt_spans
+        if tracer is None or self.span is None or spans is None:
             return _EMPTY
         attrs = dict(self.attempt_attrs)
         attrs["sidecar.attempt"] = cmd.attempt
@@ -200,7 +201,7 @@ class RequestObserver(CallObserver):
             kind=SpanKind.CLIENT,
             attributes=attrs,
         )
-        self.attempt_spans[cmd.attempt] = span
+        spans[cmd.attempt] = span
         carrier: dict[str, str] = {}
         PROPAGATOR.inject(carrier, context=ot.set_span_in_context(span))
         return carrier
@@ -225,15 +226,16 @@ class RequestObserver(CallObserver):
             self.meters.attempt(OutcomeClass.TIMEOUT)  # its Decision follows
         else:
             self.meters.attempt("cancelled")
-        span = self.attempt_spans.get(cmd.attempt)
-        if span is None:
+        spans = self.attempt_spans
+        span = spans.get(cmd.attempt) if spans else None
+        if spans is None or span is None:
             return
         span.set_attribute("sidecar.cancelled", cmd.reason.value)
         if cmd.reason is Reason.PER_TRY_TIMEOUT:
             span.set_attribute("sidecar.outcome", OutcomeClass.TIMEOUT.value)
             span.set_status(Status(StatusCode.ERROR, "per-try timeout"))
         else:
-            del self.attempt_spans[cmd.attempt]
+            del spans[cmd.attempt]
             span.end()
 
     def decision(self, d: Decision) -> None:

@@ -31,6 +31,7 @@ class Step:
     replies: int = 1
     echo_each: bool = False
     early: bool = False  # answer before reading the request
+    read: int | None = None  # answer after this many request messages (not waiting for the stream's end)
     reply_before_failing: bool = False  # send the replies, then end with ``code``
 
 
@@ -95,6 +96,14 @@ class GrpcUpstream:
     def previous_attempts(self) -> list[str | None]:
         return [c.previous_attempts for c in self.calls]
 
+    async def wait_requests(self, call: int, n: int) -> list[bytes]:
+        """Until call ``call`` (0-based) has received ``n`` request messages."""
+        async with self._arrived:
+            await self._arrived.wait_for(
+                lambda: len(self.calls) > call and len(self.calls[call].requests) >= n
+            )
+        return self.calls[call].requests
+
     async def wait_calls(self, n: int) -> list[Seen]:
         async with self._arrived:
             await self._arrived.wait_for(lambda: len(self.calls) >= n)
@@ -145,11 +154,16 @@ class GrpcUpstream:
 
     async def _answer(self, step: Step, seen: Seen, context: grpc.aio.ServicerContext) -> None:
         if not step.early:
-            while (msg := await context.read()) is not grpc.aio.EOF:
+            while step.read is None or len(seen.requests) < step.read:
+                msg = await context.read()
+                if msg is grpc.aio.EOF:
+                    seen.read_all.set()
+                    break
                 seen.requests.append(msg)
+                async with self._arrived:
+                    self._arrived.notify_all()
                 if step.echo_each:
                     await context.write(msg)
-            seen.read_all.set()
         if step.headers is not None:
             await context.send_initial_metadata(tuple(step.headers))
         if step.hold is not None:

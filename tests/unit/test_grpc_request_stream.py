@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sidecar.adapters.grpc.request import EOF, Opening, RequestStream, read_opening
+from sidecar.adapters.grpc.request import EOF, RequestStream
 
 
 class Client:
@@ -44,25 +44,46 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_opening_of_a_unary_request_is_one_message_then_eof() -> None:
+async def test_each_message_goes_upstream_as_it_arrives_before_the_request_ends() -> None:
     c = Client()
-    c.send(b"only", EOF)
-    o = await read_opening(c.read, 1.0)
-    assert o.single and o.messages == [b"only"] and o.pending is None
+    s = RequestStream(c.read, limit=1024)
+    up = Upstream()
+    t = asyncio.create_task(s.feed(1, up.write, up.done_writing, lambda: None))
+    c.send(b"hello")
+    while up.got != [b"hello"]:  # an interactive client waits for an answer here: no window, no more reads
+        await s._wait()
+    assert not up.closed.is_set()
+    c.send(b"again")
+    while len(up.got) < 2:
+        await s._wait()
+    c.send(EOF)
+    await t
+    assert up.got == [b"hello", b"again"] and up.closed.is_set()
+    s.close()
 
 
-async def test_opening_of_a_quiet_stream_leaves_the_read_pending() -> None:
+async def test_request_complete_once_the_whole_request_went_upstream() -> None:
     c = Client()
-    c.send(b"first")
-    o = await read_opening(c.read, 0.0)
-    assert not o.eof and o.pending is not None
-    o.pending.cancel()
+    completed: list[int] = []
+    s = RequestStream(c.read, limit=1024, on_complete=lambda: completed.append(1))
+    one, two = Upstream(), Upstream()
+    one.gate = asyncio.Event()
+    t1 = asyncio.create_task(s.feed(1, one.write, one.done_writing, lambda: None))
+    c.send(b"a", EOF)
+    await settle()
+    assert completed == []  # the client is done, but the message has not gone upstream yet
+    one.gate.set()
+    await t1
+    assert completed == [1]
+    await s.feed(2, two.write, two.done_writing, lambda: None)  # a retry replays it: not complete again
+    assert completed == [1] and two.got == [b"a"]
+    s.close()
 
 
 async def test_every_attempt_gets_the_whole_stream_buffered_and_live() -> None:
     c = Client()
     c.send(b"a", b"b")
-    s = RequestStream(c.read, Opening([], False, None), limit=1024)
+    s = RequestStream(c.read, limit=1024)
     one, two = Upstream(), Upstream()
     t1 = asyncio.create_task(s.feed(1, one.write, one.done_writing, lambda: None))
     await settle()
@@ -80,7 +101,7 @@ async def test_overflow_during_an_attempt_seals_and_trims() -> None:
     c = Client()
     sealed: list[bool] = []
     overflows: list[int] = []
-    s = RequestStream(c.read, Opening([], False, None), limit=10, on_seal=sealed.append)
+    s = RequestStream(c.read, limit=10, on_seal=sealed.append)
     up = Upstream()
     t = asyncio.create_task(s.feed(1, up.write, up.done_writing, lambda: overflows.append(1)))
     c.send(b"123456", b"789012")
@@ -95,7 +116,7 @@ async def test_overflow_during_an_attempt_seals_and_trims() -> None:
 
 async def test_over_the_limit_with_no_attempt_out_the_pump_waits() -> None:
     c = Client()
-    s = RequestStream(c.read, Opening([], False, None), limit=10)
+    s = RequestStream(c.read, limit=10)
     c.send(b"x" * 11, b"more", EOF)
     await settle()
     assert c.reads == 1 and s.replayable  # not read further, not sealed: the next attempt gets it all
@@ -107,7 +128,7 @@ async def test_over_the_limit_with_no_attempt_out_the_pump_waits() -> None:
 
 async def test_after_sealing_the_pump_waits_for_the_upstream_to_take_messages() -> None:
     c = Client()
-    s = RequestStream(c.read, Opening([], False, None), limit=10)
+    s = RequestStream(c.read, limit=10)
     up = Upstream()
     up.gate = asyncio.Event()  # the upstream is slow
     t = asyncio.create_task(s.feed(1, up.write, up.done_writing, lambda: None))

@@ -9,7 +9,7 @@ import pytest
 from bson.binary import Binary
 from bson.raw_bson import RawBSONDocument
 
-from sidecar.adapters.mongo import replies, wire
+from sidecar.adapters.mongo import answer, wire
 from sidecar.adapters.mongo.classify import Failure, classify_failure, classify_reply
 from sidecar.adapters.mongo.commands import describe
 from sidecar.adapters.mongo.pinning import Pins
@@ -114,7 +114,7 @@ def test_failures_without_a_reply() -> None:
 
 def test_retry_labels_are_stripped_and_others_kept() -> None:
     out = bson.decode(
-        replies.without_retry_labels(
+        answer.without_retry_labels(
             raw(
                 {
                     **OVERLOAD,
@@ -124,23 +124,23 @@ def test_retry_labels_are_stripped_and_others_kept() -> None:
         )
     )
     assert out["errorLabels"] == ["SystemOverloadedError"] and out["code"] == 462
-    assert replies.without_retry_labels(raw({"ok": 0, "errorLabels": ["TransientTransactionError"]})) is None
+    assert answer.without_retry_labels(raw({"ok": 0, "errorLabels": ["TransientTransactionError"]})) is None
 
 
 def test_the_sidecar_failure_documents() -> None:
     find = cmd({"find": "c"})
-    doc = bson.decode(replies.failure_doc(Failure("connect", "refused"), find, "db", 6, keep=False))
+    doc = bson.decode(answer.failure_doc(Failure("connect", "refused"), find, "db", 6, keep=False))
     assert (
         doc["code"] == 133
         and doc["errorLabels"] == ["SystemOverloadedError"]
         and "6 attempts" in doc["errmsg"]
     )
-    kept = bson.decode(replies.failure_doc(Failure("connect", "refused"), find, "db", 1, keep=True))
+    kept = bson.decode(answer.failure_doc(Failure("connect", "refused"), find, "db", 1, keep=True))
     assert kept["errorLabels"] == ["SystemOverloadedError", "RetryableError"]
     txn = cmd({"find": "c", "lsid": LSID, "txnNumber": 1, "autocommit": False})
     assert (
         "TransientTransactionError"
-        in bson.decode(replies.failure_doc(Failure("network", "x"), txn, "db", 1, keep=False))["errorLabels"]
+        in bson.decode(answer.failure_doc(Failure("network", "x"), txn, "db", 1, keep=False))["errorLabels"]
     )
 
 
@@ -153,10 +153,10 @@ def test_hello_reply_is_a_mongos_without_topology_version() -> None:
         "maxMessageSizeBytes": 2,
         "maxWriteBatchSize": 3,
     }
-    h = bson.decode(replies.hello_reply({"hello": 1, "helloOk": True}, facts, 4))
+    h = bson.decode(answer.hello_reply({"hello": 1, "helloOk": True}, facts, 4))
     assert h["msg"] == "isdbgrid" and h["isWritablePrimary"] and h["helloOk"] and h["maxWireVersion"] == 17
     assert "topologyVersion" not in h
-    assert bson.decode(replies.hello_reply({"isMaster": 1}, facts, 4))["ismaster"] is True
+    assert bson.decode(answer.hello_reply({"isMaster": 1}, facts, 4))["ismaster"] is True
 
 
 def test_pins_expire_and_are_bounded() -> None:

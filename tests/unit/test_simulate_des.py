@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.admission import RateLimiter
 from sidecar.config.presets import deep_merge
 from sidecar.simulate import des
 from sidecar.simulate.record import Record
@@ -137,3 +138,53 @@ def test_replicas_share_the_load_and_the_sidecar_balances_across_them() -> None:
     sent = clients.sidecars[0].servers.submitted
     assert sum(sent) == t["attempts"] and all(n > 0.25 * t["attempts"] for n in sent)
     assert max(sec.inflight for sec in rec.seconds) < 3 * s.server.concurrency_limit
+
+
+# -- a request limiter at the sidecar's door (sidecar.admission.RateLimiter) -------------------------------
+
+
+def limited(rate: float, burst: float, max_queue: int = 0, max_wait: float = 0.0) -> des.LimiterFactory:
+    return lambda now: RateLimiter(rate, burst, now, max_queue=max_queue, max_wait=max_wait)
+
+
+def test_a_request_limiter_holds_100000_clients_to_its_rate() -> None:
+    """100,000 clients offer 900 requests/s through one sidecar limited to 250/s (capacity 50): from the
+    start, the upstream's attempts by any second stay within rate x time + capacity; the rest are refused
+    at once, without an attempt, and every request is still accounted for."""
+    s = small(
+        duration="20s",
+        outage=None,
+        server={"error_rate": 0.0},
+        clients={"count": 100_000, "rate": 900},
+        sidecar={"policy": {"max_attempts": 1, "throttle": None}},
+    )
+    rec, clients = des.simulate(s, "sidecar", limited(250, 0.2))
+    t = totals(rec)
+    assert t["offered"] == t["ok"] + t["failed"] + rec.unfinished
+    sent = 0
+    for second, sec in enumerate(rec.seconds):
+        sent += sec.attempts
+        assert sent <= 250 * (second + 1) + 50
+    assert sent >= 250 * 20 * 0.95  # and it does admit its rate
+    rejected = clients.sidecars[0].rejected  # type: ignore[union-attr]
+    assert rejected == t["offered"] - t["attempts"]  # one attempt per admitted request (max_attempts 1)
+    assert rejected > 0.6 * t["offered"]
+
+
+def test_queueing_in_the_limiter_absorbs_bursts_below_the_rate() -> None:
+    """45 requests/s, Poisson, against 50/s with a capacity of one token: refusing whatever finds the bucket
+    empty refuses many; letting them wait up to 200 ms for a borrowed token refuses few, and the upstream
+    still never sees more than the rate allows."""
+    s = small(outage=None, server={"error_rate": 0.0}, clients={"rate": 45}, sidecar={"policy": {"throttle": None}})
+    _, refusing = des.simulate(s, "sidecar", limited(50, 0.02))
+    rec, queueing = des.simulate(s, "sidecar", limited(50, 0.02, max_queue=20, max_wait=0.2))
+    refused = refusing.sidecars[0].rejected  # type: ignore[union-attr]
+    refused_queued = queueing.sidecars[0].rejected  # type: ignore[union-attr]
+    assert refused > 100
+    assert refused_queued < refused / 5
+    assert sum(sec.attempts for sec in rec.seconds) <= 50 * 40 * 1.06  # retries of flaky answers: none here
+
+
+def test_a_request_limiter_belongs_to_the_sidecar_strategy() -> None:
+    with pytest.raises(ValueError, match="sidecar"):
+        des.run(small(), "backoff", limited(10, 1))

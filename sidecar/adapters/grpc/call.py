@@ -18,12 +18,13 @@ from typing import Any
 
 import grpc
 
-from ...policy import Call, Outcome, OutcomeClass, SendAttempt
+from ...policy import Outcome, OutcomeClass, SendAttempt
 from ...runtime import AttemptContext, AttemptResult
 from ...telemetry.observer import RequestObserver
 from .answer import UpstreamStatus
 from .classify import GrpcClassifier
-from .metadata import attempt_metadata, response_metadata, with_previous_attempts
+from .downstream import Downstream
+from .metadata import attempt_metadata
 from .request import EOF, RequestStream
 from .upstream import Channels
 
@@ -35,40 +36,6 @@ _CLIENT_GONE = AttemptResult(
 )
 
 
-class Downstream:
-    """The client's side of the call: which attempt owns it, and sending headers and messages to it."""
-
-    __slots__ = ("context", "call", "owner", "stream", "headers_sent")
-
-    def __init__(self, context: grpc.aio.ServicerContext, call: Call, stream: RequestStream | None) -> None:
-        self.context = context
-        self.call = call
-        self.stream = stream
-        self.owner: int | None = None
-        self.headers_sent = False
-
-    def claim(self, ctx: AttemptContext) -> bool:
-        """Make this attempt the one whose response the client gets; False if another got there first."""
-        n = ctx.attempt.attempt
-        if self.owner is None:
-            ctx.commit()
-            if self.call.committed == n:
-                self.owner = n
-                if self.stream is not None:
-                    self.stream.seal()
-        return self.owner == n
-
-    async def send_headers(self, initial: Any, attempt: int) -> None:
-        if not self.headers_sent:
-            self.headers_sent = True
-            md = with_previous_attempts(response_metadata(initial or ()), attempt - 1)
-            if md:  # empty headers go out with the first message by themselves (one write fewer)
-                await self.context.send_initial_metadata(tuple(md))
-
-    async def write(self, message: bytes) -> None:
-        await self.context.write(message)
-
-
 class Attempter:
     """Sends attempts of one call (``sidecar.runtime.Attempter``)."""
 
@@ -77,7 +44,7 @@ class Attempter:
         *,
         channels: Channels,
         method: str,
-        request: bytes | RequestStream,
+        request: RequestStream,
         metadata: list[tuple[str, str | bytes]],
         downstream: Downstream,
         classifier: GrpcClassifier,
@@ -107,23 +74,16 @@ class Attempter:
         )
         if cmd.attempt > 1:
             self.obs.set_attempt_attribute(cmd.attempt, "previous-rpc-attempts", cmd.previous_attempts)  # A45
-        writer: asyncio.Task[None] | None = None
-        if isinstance(self.request, bytes):
-            call = self.channels.unary_stream(cmd.endpoint, self.method)(
-                self.request, metadata=md, timeout=timeout
-            )
-            first_status = None
-        else:
-            call = self.channels.stream_stream(cmd.endpoint, self.method)(metadata=md, timeout=timeout)
-            first_status = _watch_status(call)
-            writer = asyncio.get_running_loop().create_task(_write_request(self.request, call, cmd, ctx))
+        call = self.channels.stream_stream(cmd.endpoint, self.method)(metadata=md, timeout=timeout)
+        first_status = _watch_status(call)
+        writer = asyncio.get_running_loop().create_task(_write_request(self.request, call, cmd, ctx))
         try:
             return await self._receive(call, cmd, ctx, timeout is not None, first_status)
         except asyncio.CancelledError:
             call.cancel()
             raise
         finally:
-            if writer is not None and not writer.done():
+            if not writer.done():
                 writer.cancel()
 
     async def _respond(self, call: Any, ctx: AttemptContext, initial: Any, n: int) -> AttemptResult | None:
@@ -137,7 +97,7 @@ class Attempter:
         return None
 
     async def _receive(
-        self, call: Any, cmd: SendAttempt, ctx: AttemptContext, had_deadline: bool, first_status: list | None
+        self, call: Any, cmd: SendAttempt, ctx: AttemptContext, had_deadline: bool, first_status: list
     ) -> AttemptResult:
         n = cmd.attempt
         responded = False

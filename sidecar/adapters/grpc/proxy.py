@@ -1,9 +1,9 @@
 """One proxied call, from the client's metadata to its final status.
 
 Route the method to a policy, work out the deadline (the client's ``grpc-timeout``, or the deadline header
-in metadata, whichever is sooner; else the policy's default; capped by a service config ``timeout``), read
-the opening of the request to choose how to forward it, drive the engine, and give the client the answer
-its ``Finish`` maps to (``answer.py``).
+in metadata, whichever is sooner; else the policy's default; capped by a service config ``timeout``), start
+forwarding the request's messages as they come (``request.py``), drive the engine, and once nothing more
+will be sent to the client (``Downstream.close``), give it the answer its ``Finish`` maps to (``answer.py``).
 """
 
 from __future__ import annotations
@@ -17,21 +17,19 @@ from typing import Any
 import grpc
 
 from ...policy.deadline import MAX_TIMEOUT_S, parse_timeout_ms
-from ...runtime import drive
+from ...runtime import Driver, drive
 from ...services import Services, UpstreamRuntime
 from .answer import Answer, answer
-from .call import Attempter, Downstream
+from .call import Attempter
 from .classify import GrpcClassifier
+from .downstream import Downstream
 from .metadata import first_value, request_metadata
-from .request import RequestStream, read_opening
+from .request import RequestStream
 from .routing import MethodRoutes
 from .upstream import Channels
 
 log = logging.getLogger("sidecar.grpc")
 DEFAULT_REPLAY_BUFFER = 256 * 1024
-#: How long to wait for a request's end after its first message before streaming it (see request.py).
-OPENING_WINDOW = 0.02
-_LEARNED_LIMIT = 4096
 
 
 @dataclass(slots=True)
@@ -44,7 +42,6 @@ class Shared:
     routes: MethodRoutes
     channels: Channels
     classifiers: dict[str, GrpcClassifier]
-    streaming_methods: set[str]
 
 
 async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) -> None:
@@ -73,42 +70,35 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
         obs.deadline_received(received)
     stream: RequestStream | None = None
     try:
-        window = 0.0 if method in shared.streaming_methods else OPENING_WINDOW
-        opening = await read_opening(context.read, window)
         limit = pc.replay_buffer if pc.replay_buffer is not None else DEFAULT_REPLAY_BUFFER
-        if opening.single:
-            request: bytes | RequestStream = opening.messages[0]
-            replayable = len(request) <= limit
-        else:
-            if opening.eof or len(opening.messages) > 1:
-                _learn(shared.streaming_methods, method)
-            stream = request = RequestStream(
-                context.read, opening, limit, lambda over: over and obs.buffer_exceeded()
-            )
-            replayable = True
-        if not replayable:
-            obs.buffer_exceeded()
+        drivers: list[Driver] = []  # the one driver, once drive() made it
+        stream = RequestStream(
+            context.read,
+            limit,
+            on_seal=lambda over: over and obs.buffer_exceeded(),
+            # the client half-closed and its whole request went upstream: per-try timers, own deadline start
+            on_complete=lambda: drivers[0].request_complete(),
+        )
         call = services.new_call(
             compiled,
             shared.upstream,
             deadline=deadline,
             default_timeout=compiled.engine.deadline,
-            replayable=replayable,
+            request_complete=False,
         )
         down = Downstream(context, call, stream)
         attempter = Attempter(
             channels=shared.channels,
             method=method,
-            request=request,
+            request=stream,
             metadata=request_metadata(incoming, pc.deadline.header),
             downstream=down,
             classifier=_classifier(shared, route.policy, pc),
             observer=obs,
             deadline_header=pc.deadline.header if _has(incoming, pc.deadline.header) else None,
         )
-        delivery = await drive(call, attempter, obs)
-        if stream is not None and stream.count > 1:
-            _learn(shared.streaming_methods, method)
+        delivery = await drive(call, attempter, obs, drivers.append)
+        await down.close()  # grpc sends the status when we return: nothing may be in flight beside it
         ans = answer(
             delivery.finish,
             delivery.payload,
@@ -162,10 +152,3 @@ def _classifier(shared: Shared, policy: str, pc: Any) -> GrpcClassifier:
     if c is None:
         c = shared.classifiers[policy] = GrpcClassifier.from_names(pc.retryable_codes, pc.overload_codes)
     return c
-
-
-def _learn(methods: set[str], method: str) -> None:
-    """Remember a method whose requests stream, to forward its calls as streams without waiting."""
-    if len(methods) >= _LEARNED_LIMIT:
-        methods.clear()
-    methods.add(method)

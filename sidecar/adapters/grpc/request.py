@@ -1,8 +1,10 @@
-"""The client's request messages: read once from the client, replayed to every attempt (A6 "buffered RPCs").
+"""The client's request messages: forwarded as they arrive, kept for replay (A6 "buffered RPCs").
 
-A call whose request turned out to be one message (unary and server-streaming calls: the client half-closed
-right after it) is sent upstream as one message. Any other call streams: a pump task reads the client into a
-:class:`RequestStream`, and each attempt's writer sends it from the start, then follows live messages.
+Every call, whatever its shape, is forwarded as a stream: a pump task reads the client into a
+:class:`RequestStream` from the start, and each attempt's writer sends what is buffered, then follows live
+messages, then half-closes once the client did. Nothing waits for more of the request than has arrived: a
+client that sends one message and waits for the answer (interactive bidi calls), or sends none until the
+server speaks, is forwarded at once.
 
 While the stream is replayable it is held whole, up to ``limit`` bytes. When it outgrows the limit while an
 attempt is sending it, it is sealed (``on_overflow``: the engine hears ``buffer_exceeded``): no further attempt
@@ -10,6 +12,9 @@ may start, and messages are dropped once every live writer has sent them. A comm
 attempt is out (a backoff wait), the pump stops reading rather than overflow, so the next attempt still has
 the whole request. Once sealed, the pump reads only while less than ``limit`` bytes wait to be sent
 (backpressure on the client instead of unbounded memory).
+
+``on_complete`` is called once, when the client has half-closed and a writer has sent the whole request
+upstream (the engine's ``RequestComplete``: per-try timeouts start then).
 """
 
 from __future__ import annotations
@@ -17,75 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
-
-from ...timers import timers_for
 
 log = logging.getLogger("sidecar.grpc")
 
 Read = Callable[[], Awaitable[Any]]
 EOF = grpc.aio.EOF
-
-
-@dataclass(slots=True)
-class Opening:
-    """What was read before choosing how to forward: the first messages, and whether the client is done.
-
-    ``pending``: the opening read still in progress (streaming calls). It appends to ``messages`` and
-    returns whether the client half-closed; the pump takes over from it."""
-
-    messages: list[bytes]
-    eof: bool
-    pending: asyncio.Task[bool] | None
-
-    @property
-    def single(self) -> bool:
-        return self.eof and len(self.messages) == 1
-
-
-async def read_opening(read: Read, window: float) -> Opening:
-    """Read up to two messages or the end of the request, waiting at most ``window`` seconds in all.
-
-    A unary client sends its message and half-closes together, so both arrive at once; a streaming client
-    may send one message and wait for an answer, or send nothing until the server speaks: after the window
-    such a call is forwarded as a stream (the pending read carries on in the pump). One task per call; the
-    window is a wake-up on the runtime's shared timer heap, not a loop timer."""
-    loop = asyncio.get_running_loop()
-    messages: list[bytes] = []
-
-    async def two() -> bool:
-        while len(messages) < 2:
-            msg = await read()
-            if msg is EOF:
-                return True
-            messages.append(msg)
-        return False
-
-    task = loop.create_task(two())
-    if window > 0:
-        ready = loop.create_future()
-
-        def wake(_: object = None) -> None:
-            if not ready.done():
-                ready.set_result(None)
-
-        task.add_done_callback(wake)
-        timers = timers_for(loop)
-        entry = timers.call_at(loop.time() + window, wake)
-        try:
-            await ready
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        finally:
-            timers.cancel(entry)
-            task.remove_done_callback(wake)
-    if task.done():
-        return Opening(messages, task.result(), None)
-    return Opening(messages, False, task)
 
 
 class _Writer:
@@ -98,41 +42,32 @@ class _Writer:
 
 class RequestStream:
     def __init__(
-        self, read: Read, opening: Opening, limit: int, on_seal: Callable[[bool], None] | None = None
+        self,
+        read: Read,
+        limit: int,
+        on_seal: Callable[[bool], None] | None = None,
+        on_complete: Callable[[], None] | None = None,
     ) -> None:
         self._read = read
         self.limit = limit
-        self.messages: list[bytes] = list(opening.messages)
+        self.messages: list[bytes] = []
         self.first = 0  # stream index of messages[0]
-        self.size = sum(len(m) for m in self.messages)
-        self.count = len(self.messages)
-        self.eof = opening.eof
+        self.size = 0
+        self.count = 0
+        self.eof = False
         self.replayable = True
         self.overflowed = False
         self._on_seal = on_seal
+        self._on_complete = on_complete
         self._writers: dict[int, _Writer] = {}
         self._waiters: list[asyncio.Future[None]] = []
-        self._pump: asyncio.Task[None] | None = None
-        self._opening_read = opening.pending
-        if not self.eof:
-            self._pump = asyncio.get_running_loop().create_task(self._run_pump(opening))
+        self._pump: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(self._run_pump())
 
     # -- the pump: client -> buffer --------------------------------------------------------------------
-    async def _run_pump(self, opening: Opening) -> None:
-        if opening.pending is not None:
-            try:
-                eof = await opening.pending
-            except Exception as e:  # noqa: BLE001 - the client's stream broke: never half-close for it
-                log.debug("reading the client's request stream failed: %r", e)
-                return
-            for msg in opening.messages[self.count :]:
-                self._append(msg)
-            if eof:
-                self.eof = True
-                self._changed()
-                return
+    async def _run_pump(self) -> None:
         while True:
-            await self._until(self._room)
+            if not self._room():
+                await self._until(self._room)
             try:
                 msg = await self._read()
             except Exception as e:  # noqa: BLE001 - the client's stream broke: never half-close for it
@@ -196,6 +131,9 @@ class RequestStream:
                         self._trim()
                 if self.eof:
                     await done_writing()
+                    if self._on_complete is not None:
+                        done, self._on_complete = self._on_complete, None
+                        done()
                     return
                 await self._wait()
         finally:
@@ -231,7 +169,5 @@ class RequestStream:
     def close(self) -> None:
         if self._pump is not None:
             self._pump.cancel()
-        if self._opening_read is not None:
-            self._opening_read.cancel()
         self._changed()
         self.messages.clear()

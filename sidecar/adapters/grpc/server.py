@@ -68,7 +68,6 @@ class GrpcListener:
             routes=MethodRoutes(config.method_policies, policy, sc.timeouts() if sc else {}),
             channels=_channels(config, upstream.config),
             classifiers={},
-            streaming_methods=set(),
         )
         self._server: grpc.aio.Server | None = None
         self._address: tuple[str, int] = split_host_port(config.listen)

@@ -31,7 +31,6 @@ class Channels:
         if tls is not None and tls.server_name:
             self.options += (("grpc.ssl_target_name_override", tls.server_name),)
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._unary: dict[tuple[str, str], grpc.aio.UnaryStreamMultiCallable] = {}
         self._stream: dict[tuple[str, str], grpc.aio.StreamStreamMultiCallable] = {}
 
     def channel(self, endpoint: str) -> grpc.aio.Channel:
@@ -44,17 +43,8 @@ class Channels:
             self._channels[endpoint] = ch
         return ch
 
-    def unary_stream(self, endpoint: str, method: str) -> grpc.aio.UnaryStreamMultiCallable:
-        """For a request of one message (unary and server-streaming calls); the response may stream."""
-        key = (endpoint, method)
-        mc = self._unary.get(key)
-        if mc is None:
-            if len(self._unary) >= _MULTICALLABLE_LIMIT:
-                self._unary.clear()
-            mc = self._unary[key] = self.channel(endpoint).unary_stream(method)
-        return mc
-
     def stream_stream(self, endpoint: str, method: str) -> grpc.aio.StreamStreamMultiCallable:
+        """Every call goes upstream as a stream: its request messages are forwarded as they arrive."""
         key = (endpoint, method)
         mc = self._stream.get(key)
         if mc is None:
@@ -65,7 +55,6 @@ class Channels:
 
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
-        self._unary.clear()
         self._stream.clear()
         for ch in channels:
             await ch.close()

@@ -75,10 +75,6 @@ class Command:
     retryable_write: bool
 
     @property
-    def cursor_command(self) -> bool:
-        return self.name in ("getMore", "killCursors")
-
-    @property
     def accepts_added_max_time(self) -> bool:
         return self.name not in _NO_ADDED_MAXTIME and not self.in_transaction
 

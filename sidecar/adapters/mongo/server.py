@@ -20,11 +20,11 @@ from bson.raw_bson import RawBSONDocument
 from ...config.schema import MongoListenerConfig
 from ...config.units import split_host_port
 from ...services import Services
-from . import replies, wire
+from . import answer, wire
 from .commands import AUTH, HELLO, RAW, describe
 from .connection import AppConnection
-from .forward import Upstream, forward
 from .pinning import Pins
+from .request import Shared, forward
 from .topology import Topology
 from .upstream import Pools, Settings
 
@@ -48,7 +48,7 @@ class MongoListener:
         self.settings = settings
         topology = Topology(config.upstream, ucfg.endpoints, settings, ucfg.replica_set)
         assert config.policy is not None  # the loader fills in the protocol's preset
-        self.up = Upstream(
+        self.up = Shared(
             name=config.upstream,
             runtime=runtime,
             topology=topology,
@@ -131,9 +131,9 @@ class MongoListener:
         cmd, body = describe(msg)
         name = cmd.name
         if name in HELLO:
-            return replies.hello_reply(body, self.up.topology.facts(), conn_id)
+            return answer.hello_reply(body, self.up.topology.facts(), conn_id)
         if name in AUTH:
-            return replies.error_doc(18, "AuthenticationFailed", _AUTH_REFUSED)
+            return answer.error_doc(18, "AuthenticationFailed", _AUTH_REFUSED)
         if name == "endSessions":
             return self._end_sessions(msg, body)
         self._inflight += 1
@@ -152,9 +152,9 @@ class MongoListener:
             doc = inner
         name = next(iter(doc), "")
         if q.collection.endswith(".$cmd") and name in HELLO:
-            body = replies.hello_reply(doc, self.up.topology.facts(), conn_id)
+            body = answer.hello_reply(doc, self.up.topology.facts(), conn_id)
         else:
-            body = replies.error_doc(
+            body = answer.error_doc(
                 352,
                 "UnsupportedOpQueryCommand",
                 f"OP_QUERY is only accepted for hello/isMaster, not {name!r}",
@@ -171,7 +171,7 @@ class MongoListener:
                 task = asyncio.get_running_loop().create_task(self._pass_on(endpoint, msg))
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
-        return replies.ok_doc()
+        return answer.ok_doc()
 
     async def _pass_on(self, endpoint: str, msg: wire.Msg) -> None:
         pool = self.up.pools.get(endpoint)

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from ...policy import EndpointPicker
+from ...policy import EndpointPicker, OutcomeClass
 from ...upstream.balancer import Balancer
 from .commands import ReadPreference
 from .members import Members, ServerState
@@ -193,3 +193,6 @@ class TopologyPicker(EndpointPicker):
 
     def penalize(self, endpoint: str, now: float) -> None:
         self.balancer.penalize(endpoint, now)
+
+    def observe(self, endpoint: str, outcome: OutcomeClass, now: float) -> None:
+        self.balancer.observe(endpoint, outcome, now)

@@ -89,10 +89,6 @@ class Msg:
     def more_to_come(self) -> bool:
         return bool(self.flags & MORE_TO_COME)
 
-    @property
-    def exhaust_allowed(self) -> bool:
-        return bool(self.flags & EXHAUST_ALLOWED)
-
 
 @dataclass(frozen=True, slots=True)
 class Query:
@@ -289,10 +285,6 @@ def encode_reply(request_id: int, response_to: int, documents: list[bytes], flag
 def with_response_to(message: bytes, response_to: int) -> bytes:
     """The same message addressed as the answer to ``response_to`` (and a fresh request id)."""
     return message[:4] + _I32.pack(next_request_id()) + _I32.pack(response_to) + message[12:]
-
-
-def message_length(message: bytes) -> int:
-    return _I32.unpack_from(message, 0)[0]
 
 
 # -- CRC-32C (Castagnoli), for the optional OP_MSG checksum --------------------------------------------

@@ -26,9 +26,11 @@ class Spans(SpanExporter):
     def __init__(self) -> None:
         self.spans: list[ReadableSpan] = []
         self._ended = asyncio.Event()
+        self._exported = asyncio.Event()
 
     def export(self, spans: Any) -> SpanExportResult:
         self.spans.extend(spans)
+        self._exported.set()
         if any(s.kind is SpanKind.SERVER for s in spans):
             self._ended.set()
         return SpanExportResult.SUCCESS
@@ -44,6 +46,13 @@ class Spans(SpanExporter):
             (s for s in self.spans if s.kind is SpanKind.CLIENT),
             key=lambda s: s.attributes["sidecar.attempt"],
         )
+
+    async def wait_attempts(self, n: int) -> list[ReadableSpan]:
+        """Until ``n`` attempt spans ended (an attempt span ends with its result, or when it is cancelled)."""
+        while len(self.attempts()) < n:
+            self._exported.clear()
+            await self._exported.wait()
+        return self.attempts()
 
     async def wait_requests(self, n: int) -> list[ReadableSpan]:
         while len(self.requests()) < n:

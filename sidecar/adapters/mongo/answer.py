@@ -1,5 +1,23 @@
-"""The documents the sidecar writes itself: its ``hello`` (as a mongos), its errors, and an upstream error
-with the retry labels taken off when the sidecar has already spent the retries.
+"""Every way a command can end, as the one reply the app gets; and the documents the sidecar writes itself
+(its ``hello`` as a mongos, its errors, an upstream error with the retry labels taken off).
+
+How each way a request ends becomes the app's answer (``Finish.reason`` -> reply):
+
+=====================================  =========================================================================
+success, not-retryable, attempts-      the delivered attempt's reply (the previous attempt's when the last one
+exhausted, throttled, pushback-no-     said ``NoWritesPerformed``), with ``RetryableError``/``RetryableWriteError``
+retry                                  removed unless ``final_error_labels: keep``; a failure without a reply
+                                       becomes the sidecar's error document (``replies.py``)
+deadline (the app's maxTimeMS), the    that error (a backoff would have crossed the deadline, or the upstream
+last attempt's own error               said its maxTimeMS expired)
+deadline (the policy's default: the    the last reply received, whichever attempt gave it
+app sent no maxTimeMS), a reply came
+deadline, otherwise                    code 50 MaxTimeMSExpired (the deadline passed before any attempt, or
+                                       while one was out)
+internal-error                         code 1 InternalError (a sidecar bug, logged)
+no-endpoint                            code 133 FailedToSatisfyReadPreference naming what each server is
+cancelled                              nothing (the app went away)
+=====================================  =========================================================================
 
 Error codes the sidecar uses (none of them makes a driver retry by code):
 
@@ -30,8 +48,12 @@ import bson
 from bson import CodecOptions
 from bson.raw_bson import RawBSONDocument
 
-from .classify import OVERLOADED_LABEL, RETRYABLE_LABEL, RETRYABLE_WRITE_LABEL, Failure
+from ...policy import Reason
+from ...runtime import Delivery
+from . import wire
+from .classify import OVERLOADED_LABEL, RETRYABLE_LABEL, RETRYABLE_WRITE_LABEL, Failure, labels_of
 from .commands import Command
+from .topology import Topology
 
 _KEEP_TYPES = CodecOptions(document_class=dict, tz_aware=True)
 STRIPPED = frozenset({RETRYABLE_LABEL, RETRYABLE_WRITE_LABEL})
@@ -116,3 +138,39 @@ def hello_reply(request: Mapping[str, Any], facts: Mapping[str, Any], connection
 
 def ok_doc() -> bytes:
     return bson.encode({"ok": 1.0})
+
+
+def for_finish(
+    topology: Topology, upstream: str, keep_labels: bool, cmd: Command, msg: wire.Msg, delivery: Delivery
+) -> tuple[bytes | None, str | None]:
+    """The body to send the app, and the error (for the request span) if it is not a success.
+    ``keep_labels``: the policy's ``final_error_labels: keep``."""
+    f = delivery.finish
+    payload = delivery.payload
+    if f.reason is Reason.CANCELLED or msg.more_to_come:
+        return None, None if f.reason is Reason.SUCCESS else f.reason.value
+    if f.reason is Reason.DEADLINE and (
+        payload is None or not f.own_deadline and (f.attempt is None or f.attempt != f.attempts)
+    ):
+        return deadline_doc(cmd), "deadline"
+    if f.reason is Reason.INTERNAL:
+        return error_doc(1, "InternalError", "retry-sidecar: internal error (logged)"), "internal-error"
+    if f.reason is Reason.NO_ENDPOINT:
+        return no_server_doc(topology.describe_unselectable(cmd.read_preference)), "no-endpoint"
+    if payload is None:  # the attempt failed inside the sidecar (logged by the runtime)
+        detail = f.outcome.detail if f.outcome is not None else f.reason.value
+        return error_doc(1, "InternalError", f"retry-sidecar: {detail}"), detail
+    retried_by_sidecar = not cmd.in_transaction
+    strip = retried_by_sidecar and not keep_labels
+    if isinstance(payload, Failure):
+        doc = failure_doc(payload, cmd, upstream, f.attempts, keep=not strip)
+        return doc, f.outcome.detail if f.outcome is not None else payload.message
+    body = payload.msg.body
+    if strip and labels_of(payload.body):
+        body = without_retry_labels(payload.body) or body
+    error = (
+        None
+        if f.reason is Reason.SUCCESS
+        else (f.outcome.detail if f.outcome is not None else f.reason.value)
+    )
+    return body, error

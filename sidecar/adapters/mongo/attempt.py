@@ -1,0 +1,136 @@
+"""One attempt of a command at one upstream server (the runtime's ``Attempter``): set this attempt's
+``maxTimeMS``, take a pooled connection, send, read the reply whole, classify it (``classify.py``) and report.
+
+A server that failed (unreachable, a broken connection, "not primary") is marked in the topology, and the
+result is reported once the topology can route the next attempt elsewhere (``_await_topology``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from bson.errors import InvalidBSON
+from bson.raw_bson import RawBSONDocument
+
+from ...policy import SUCCESS, Outcome, OutcomeClass, SendAttempt
+from ...policy.deadline import timeout_ms
+from ...runtime import AttemptContext, AttemptResult
+from ...telemetry.observer import RequestObserver
+from . import wire
+from .classify import Failure, classify_failure, classify_reply
+from .commands import RAW, Command
+from .patch import PatchError, set_number
+from .topology import Topology
+from .upstream import ConnectFailure, Pools
+
+#: Codes after which the server is no longer what the topology thinks (not primary, shutting down).
+_STATE_CHANGE = frozenset({10107, 13435, 13436, 189, 11602, 10058, 91, 11600})
+
+
+@dataclass(slots=True)
+class Reply:
+    """An upstream's reply: the endpoint that gave it, the OP_MSG, its body."""
+
+    endpoint: str
+    msg: wire.Msg
+    body: RawBSONDocument
+
+
+class Attempt:
+    """The attempter for one command (see ``sidecar.runtime.Attempter``)."""
+
+    __slots__ = ("pools", "topology", "selection_timeout", "cmd", "msg", "obs")
+
+    def __init__(
+        self,
+        pools: Pools,
+        topology: Topology,
+        selection_timeout: float,
+        cmd: Command,
+        msg: wire.Msg,
+        obs: RequestObserver,
+    ) -> None:
+        self.pools = pools
+        self.topology = topology
+        self.selection_timeout = selection_timeout
+        self.cmd = cmd
+        self.msg = msg
+        self.obs = obs
+
+    def _message(self, sa: SendAttempt) -> tuple[int, bytes, bool]:
+        msg, cmd = self.msg, self.cmd
+        sections = msg.sections
+        max_time = False
+        if math.isfinite(sa.timeout) and (cmd.max_time_ms is not None or cmd.accepts_added_max_time):
+            body = set_number(msg.body, "maxTimeMS", max(1, timeout_ms(sa.timeout)))
+            sections = tuple((0, body) if kind == 0 else (kind, raw) for kind, raw in sections)
+            max_time = True
+        rid = wire.next_request_id()
+        return rid, wire.encode_msg(rid, 0, msg.flags & wire.MORE_TO_COME, sections), max_time
+
+    async def send(self, sa: SendAttempt, ctx: AttemptContext) -> AttemptResult:
+        cmd, topology = self.cmd, self.topology
+        try:
+            rid, message, max_time = self._message(sa)
+        except PatchError as e:  # bson already read the body whole, so this is not expected
+            f = Failure("request", f"cannot set maxTimeMS on this command: {e}")
+            return AttemptResult(Outcome(OutcomeClass.FATAL, detail=f.message), f)
+        pool = self.pools.get(sa.endpoint)
+        try:
+            conn = await pool.acquire()
+        except ConnectFailure as e:
+            f = Failure(e.stage, e.message)
+            if e.stage == "connect":  # unreachable: route around it until its monitor sees it again
+                topology.mark_unknown(sa.endpoint, e.message)
+                await self._await_topology(sa)
+            return AttemptResult(classify_failure(f, cmd), f)
+        try:
+            if self.msg.more_to_come:
+                await conn.send(message)
+                pool.release(conn)
+                return AttemptResult(SUCCESS, None)
+            header, payload = await conn.roundtrip(message, rid)
+            reply = wire.parse_msg(payload, header)
+            body = RawBSONDocument(reply.body, RAW)
+            body.get("ok")  # inflate now: a malformed body is the connection's fault, not the app's
+        except asyncio.CancelledError:
+            pool.discard(conn)
+            raise
+        except (OSError, asyncio.IncompleteReadError, wire.ProtocolError, InvalidBSON) as e:
+            pool.discard(conn)
+            pool.clear()
+            f = Failure("network", _describe(e))
+            topology.request_check(sa.endpoint)
+            await self._await_topology(sa)
+            return AttemptResult(classify_failure(f, cmd), f)
+        pool.release(conn)
+        outcome = classify_reply(body, cmd, max_time)
+        if not outcome.ok:
+            code = body.get("code")
+            if code is not None:
+                self.obs.set_attempt_attribute(sa.attempt, "db.response.status_code", str(code))
+            if code in _STATE_CHANGE:
+                topology.mark_unknown(sa.endpoint, f"answered code {code}")
+                await self._await_topology(sa)
+        return AttemptResult(outcome, Reply(sa.endpoint, reply, body))
+
+    async def _await_topology(self, sa: SendAttempt) -> None:
+        """After a server failed or stepped down, report the result once the topology can route the next
+        attempt (a new primary is known), so that a retry does not go back to where it failed."""
+        topology = self.topology
+        if topology.replica_set is None:
+            return
+        limit = min(sa.timeout, self.selection_timeout)
+        await topology.wait_selectable(self.cmd.read_preference, limit)
+
+    def discard(self, payload: Any) -> None:
+        pass  # replies are read whole and their connections already returned
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, asyncio.IncompleteReadError):
+        return "the upstream closed the connection before replying"
+    return str(e) or type(e).__name__

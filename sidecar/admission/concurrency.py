@@ -1,0 +1,41 @@
+"""Execution control of one endpoint, assembled: its read and write ticket pools, and their limits, fixed or
+set by the throughput prober every interval.
+
+This is the loop the wiring runs on a timer (issue 12's ``concurrency.interval``): the pools report the
+interval (tickets returned, exhausted or not), the prober computes new limits, the pools apply them, and the
+waiters a larger limit grants are handed back to be woken. In ``fixed`` mode the limits never change.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .prober import ProbeSpec, ProbeState, ThroughputProber, split_concurrency
+from .tickets import Kind, TicketPools
+
+
+class EndpointConcurrency:
+    __slots__ = ("pools", "prober")
+
+    def __init__(
+        self, spec: ProbeSpec, now: float, probing: bool, max_queue: int = 0, max_wait: float = math.inf
+    ) -> None:
+        """``spec.initial`` tickets (reads + writes, split by ``spec.read_write_ratio``); with ``probing``, the
+        seed's prober moves them within ``[spec.min, spec.max]``."""
+        self.prober = ThroughputProber(spec, now) if probing else None
+        read, write = split_concurrency(spec.initial, spec.read_write_ratio)
+        self.pools = TicketPools(read, write, max_queue, max_wait)
+
+    @property
+    def probe_state(self) -> ProbeState:
+        """For ``sidecar_concurrency_probe_state`` (always stable when the limits are fixed)."""
+        return self.prober.state if self.prober is not None else ProbeState.STABLE
+
+    def on_interval(self, now: float) -> list[tuple[Kind, int]]:
+        """An interval ended at ``now``: probe, apply the new limits, return the waiters they grant."""
+        returned, exhausted = self.pools.take_interval()
+        prober = self.prober
+        if prober is None:
+            return []
+        prober.run(now, returned, exhausted)
+        return self.pools.set_limits(prober.read, prober.write)

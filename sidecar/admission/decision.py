@@ -1,0 +1,39 @@
+"""The answer to "may this request (or attempt) go ahead?", shared by the token bucket and the ticket pools."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from .reasons import Rejection
+
+
+class Verdict(Enum):
+    ADMITTED = "admitted"  # go ahead now
+    QUEUED = "queued"  # wait: until ``at`` (bucket) or until granted, giving up at ``at`` (tickets)
+    REJECTED = "rejected"  # refused now, for ``reason``; ``at``: when to come back, if known
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """``waiter`` names a queued request for the calls that end its wait (0 when not queued).
+
+    A frozen dataclass, not a ``policy.record.Record``: an interpreted class cannot subclass the compiled
+    ``Record``, and this package is not compiled (yet: the wiring decides, see ``sidecar/native.py``)."""
+
+    verdict: Verdict
+    at: float
+    reason: Rejection | None = None
+    waiter: int = 0
+
+    @property
+    def admitted(self) -> bool:
+        return self.verdict is Verdict.ADMITTED
+
+    @property
+    def queued(self) -> bool:
+        return self.verdict is Verdict.QUEUED
+
+    @property
+    def rejected(self) -> bool:
+        return self.verdict is Verdict.REJECTED

@@ -1,0 +1,190 @@
+"""The seed's throughput probing, step by step against its pseudocode, then on scripted throughput curves:
+it climbs while tickets are exhausted and throughput rises, comes back when throughput does not, never leaves
+[min, max], and keeps the read/write ratio."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sidecar.admission import (
+    EndpointConcurrency,
+    Kind,
+    ProbeSpec,
+    ProbeState,
+    ThroughputProber,
+    split_concurrency,
+)
+
+FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow])
+S, UP, DOWN = ProbeState.STABLE, ProbeState.UP, ProbeState.DOWN
+SPEC = ProbeSpec(initial=32, min=4, max=256, read_write_ratio=0.5, step=0.1, ema_weight=0.2)
+
+
+def test_the_seed_pseudocode_step_by_step():
+    """Each row: an interval of 100 ms ends with `returned` tickets back and the pools exhausted or not; the
+    expected state, stable concurrency and (read, write) limits, computed by hand from the seed."""
+    p = ThroughputProber(SPEC, now=0.0)
+    assert (p.state, p.limits) == (S, (16, 16))
+    rows = [
+        # returned, exhausted -> state, stableConcurrency, limits      why
+        (100, True, UP, 32.0, (18, 17)),  # stable: 1000/s recorded; exhausted, below max: 32 x 1.1 = 35.2 -> 35
+        (120, True, S, 32.6, (17, 16)),  # up: 1200 > 1000: EMA 35 x .2 + 32 x .8 = 32.6 -> 33
+        (110, True, UP, 32.6, (18, 18)),  # stable: 1100/s; 32.6 x 1.1 = 35.86 -> 36
+        (100, True, S, 32.6, (17, 16)),  # up: 1000 < 1100: back to the stable 32.6 -> 33
+        (100, False, DOWN, 32.6, (15, 14)),  # stable: not exhausted, above min: 32.6 x .9 = 29.34 -> 29
+        (105, False, S, 31.88, (16, 16)),  # down: 1050 > 1000: EMA 29 x .2 + 32.6 x .8 = 31.88 -> 32
+        (100, False, DOWN, 31.88, (15, 14)),  # stable: 31.88 x .9 = 28.69 -> 29
+        (90, False, S, 31.88, (16, 16)),  # down: 900 < 1000: back to 32
+    ]
+    for i, (returned, exhausted, state, stable, limits) in enumerate(rows, start=1):
+        assert p.run(i / 10, returned, exhausted) is state, i
+        assert p.stable_concurrency == pytest.approx(stable), i
+        assert p.limits == limits, i
+
+
+def test_throughput_is_tickets_returned_per_second_of_the_interval():
+    p = ThroughputProber(SPEC, now=10.0)
+    p.run(10.5, 100, True)
+    assert p.stable_throughput == pytest.approx(200)
+    assert p.run(10.5, 100, True) is UP  # no time elapsed: nothing happens
+    assert p.stable_throughput == pytest.approx(200)
+
+
+def test_at_the_minimum_and_not_exhausted_nothing_changes():
+    p = ThroughputProber(ProbeSpec(initial=4, min=4, max=64), now=0.0)
+    for i in range(1, 6):
+        assert p.run(i, 10, False) is S
+        assert p.limits == (2, 2)
+
+
+def test_at_the_maximum_it_probes_down_even_when_exhausted():
+    p = ThroughputProber(ProbeSpec(initial=40, min=4, max=40), now=0.0)
+    assert p.run(1.0, 100, True) is DOWN  # the diagram: "... or at maximum"
+    assert p.get_current_concurrency() == 36
+    assert p.run(2.0, 90, True) is S
+    assert p.get_current_concurrency() == 40
+
+
+def test_a_probe_that_would_round_to_no_change_moves_one_ticket():
+    p = ThroughputProber(ProbeSpec(initial=4, min=2, max=64), now=0.0)
+    assert p.run(1.0, 10, True) is UP  # 4 x 1.1 = 4.4 would round back to 4
+    assert p.get_current_concurrency() == 5
+    p = ThroughputProber(ProbeSpec(initial=4, min=2, max=64), now=0.0)
+    assert p.run(1.0, 10, False) is DOWN  # 4 x 0.9 = 3.6 -> 4: one less
+    assert p.get_current_concurrency() == 3
+
+
+@pytest.mark.parametrize(
+    ("total", "ratio", "split"),
+    [(32, 0.5, (16, 16)), (33, 0.5, (17, 16)), (40, 0.25, (10, 30)), (10, 0.0, (1, 9)), (10, 1.0, (9, 1))],
+)
+def test_the_ratio_split_keeps_one_ticket_for_each_kind(total: int, ratio: float, split: tuple[int, int]):
+    assert split_concurrency(total, ratio) == split
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"initial": 4, "min": 1, "max": 8}, "min"),
+        ({"initial": 4, "min": 8, "max": 4}, "max"),
+        ({"initial": 2, "min": 4, "max": 8}, "initial"),
+        ({"initial": 4, "min": 4, "max": 8, "read_write_ratio": 1.5}, "read_write_ratio"),
+        ({"initial": 4, "min": 4, "max": 8, "step": 0.0}, "step"),
+        ({"initial": 4, "min": 4, "max": 8, "ema_weight": 0.0}, "ema_weight"),
+    ],
+)
+def test_parameters_that_cannot_work_are_refused_by_name(kwargs: dict, message: str):
+    with pytest.raises(ValueError, match=message):
+        ProbeSpec(**kwargs)
+
+
+# -- scripted throughput curves ----------------------------------------------------------------------------
+
+
+def knee(concurrency: int, at: int = 64) -> float:
+    """An upstream's throughput (per s) at a concurrency: 10/s per ticket up to the knee, worse past it."""
+    return 10.0 * concurrency if concurrency <= at else 10.0 * at - 5.0 * (concurrency - at)
+
+
+def drive(p: ThroughputProber, demand: float, intervals: int, curve=knee) -> list[int]:  # noqa: ANN001
+    """``demand`` requests always want to run; the pools are exhausted whenever the limit is below it. One
+    interval a second, so that throughputs compare exactly (no float noise from the elapsed time)."""
+    seen = []
+    for i in range(1, intervals + 1):
+        busy = int(min(demand, p.get_current_concurrency()))
+        p.run(float(i), round(curve(busy)), exhausted=busy >= p.get_current_concurrency())
+        seen.append(p.get_current_concurrency())
+    return seen
+
+
+def test_it_climbs_to_the_knee_while_tickets_are_exhausted_and_throughput_rises():
+    p = ThroughputProber(ProbeSpec(initial=16, min=4, max=256), now=0.0)
+    seen = drive(p, demand=float("inf"), intervals=600)
+    assert seen[0] == 18  # the first probe up
+    assert 55 <= p.stable_concurrency <= 70  # the knee is at 64
+    assert max(seen[300:]) <= 76  # probes past the knee are taken back
+    assert all(4 <= c <= 256 for c in seen)
+
+
+def test_it_comes_back_when_throughput_does_not_rise():
+    """A flat curve: every probe up finds nothing, so the stable concurrency never moves."""
+    p = ThroughputProber(ProbeSpec(initial=20, min=4, max=256), now=0.0)
+    seen = drive(p, demand=float("inf"), intervals=200, curve=lambda c: 500.0)
+    assert p.stable_concurrency == 20
+    assert set(seen) == {22, 20}  # up, back, up, back
+
+
+def test_the_maximum_bounds_the_climb():
+    p = ThroughputProber(ProbeSpec(initial=16, min=4, max=40), now=0.0)
+    seen = drive(p, demand=float("inf"), intervals=400)
+    assert max(seen) == 40
+    assert p.stable_concurrency <= 40
+
+
+def test_probed_limits_drive_real_pools_without_stranding_waiters():
+    """The loop the wiring runs each interval: the pools' report in, the prober's limits out, and the waiters
+    a larger limit grants handed back."""
+    c = EndpointConcurrency(ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=True, max_queue=100, max_wait=10)
+    waiters = [c.pools.read.acquire(0.0) for _ in range(6)]
+    assert [w.admitted for w in waiters] == [True, True, False, False, False, False]
+    granted = c.on_interval(0.1)  # exhausted: 4 x 1.1 rounds to 4, so one more ticket, a read (half up)
+    assert (c.probe_state, c.pools.read.limit, c.pools.write.limit) == (UP, 3, 2)
+    assert granted == [(Kind.READ, waiters[2].waiter)]
+    for _ in range(3):
+        c.pools.read.release()  # throughput: 30 tickets/s, up from 0
+    assert c.on_interval(0.2) == []  # the probe found more throughput: EMA 4 x .8 + 5 x .2 = 4.2 -> 4
+    assert (c.probe_state, c.prober.stable_concurrency) == (S, pytest.approx(4.2))  # type: ignore[union-attr]
+    assert (c.pools.read.limit, c.pools.write.limit, c.pools.read.in_use) == (2, 2, 3)  # drains to 2
+
+
+def test_fixed_limits_never_move():
+    c = EndpointConcurrency(ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=False, max_queue=10, max_wait=1)
+    for _ in range(3):
+        c.pools.write.acquire(0.0)
+    for i in range(1, 20):
+        assert c.on_interval(i / 10) == []
+        assert (c.probe_state, c.pools.read.limit, c.pools.write.limit) == (S, 2, 2)
+
+
+@FAST
+@given(
+    st.integers(2, 20),
+    st.integers(0, 200),
+    st.sampled_from([0.0, 0.1, 0.3, 0.5, 0.8, 1.0]),
+    st.sampled_from([0.05, 0.1, 0.5]),
+    st.sampled_from([0.1, 0.2, 1.0]),
+    st.lists(st.tuples(st.integers(0, 5000), st.booleans()), max_size=200),
+)
+def test_limits_never_leave_min_max_and_keep_the_ratio(low, extra, ratio, step, weight, script):
+    spec = ProbeSpec(initial=low, min=low, max=low + extra, read_write_ratio=ratio, step=step, ema_weight=weight)
+    p = ThroughputProber(spec, now=0.0)
+    for i, (returned, exhausted) in enumerate(script, start=1):
+        p.run(i * 0.1, returned, exhausted)
+        read, write = p.limits
+        assert spec.min <= read + write <= spec.max
+        assert read >= 1 and write >= 1
+        assert abs(read - (read + write) * ratio) <= 1.0
+        assert spec.min <= p.stable_concurrency <= spec.max
