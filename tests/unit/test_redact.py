@@ -137,3 +137,16 @@ def test_keys_named_like_secrets_are_redacted_whatever_their_place() -> None:
             "key_file": "/k",
         }
     }
+
+
+def test_an_endpoint_with_userinfo_is_refused_without_quoting_it() -> None:
+    # Endpoints reach logs and spans (sidecar.endpoint): none may carry a credential.
+    text = CONFIG.replace('["127.0.0.1:8081"]', '["tok3n-in-endpoint@orders:8081"]')
+    with pytest.raises(ConfigError) as e:
+        load_text(text, {"OTLP_SECRET": SECRET})
+    assert e.value.errors == [
+        (
+            "upstreams.orders.endpoints[0]",
+            "an endpoint is host:port, without user@ (credentials go in the upstream's auth)",
+        )
+    ]
