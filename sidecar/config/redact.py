@@ -11,7 +11,9 @@ Three kinds of value are secret:
 3. the value of any key whose name's LAST word is password, passwd, passphrase, token, secret, key, apikey,
    credential(s) (words split at ``_``, ``-``, ``.`` and case changes; case-insensitive): ``password``,
    ``api_key``, ``access_token``, ``clientSecret`` are secret; ``key_file`` (a path), ``max_tokens``,
-   ``token_ratio``, ``secret_name`` are not: the last word says what the value is.
+   ``token_ratio``, ``secret_name`` are not: the last word says what the value is. Only keys spelled as
+   settings count (letters, digits, ``_``, ``-``): a gRPC method path ``pkg.Svc/RotateKey`` in
+   ``method_policies`` names a method, and its value is a policy name.
 
 In free text (error messages, log lines) the secret values themselves are replaced wherever they occur,
 with the same userinfo rule. A substituted value shorter than :data:`MIN_HUNTED` characters (a port, a log
@@ -31,14 +33,15 @@ SECRET_WORDS = frozenset(
     {"password", "passwd", "passphrase", "token", "secret", "key", "apikey", "credential", "credentials"}
 )
 MIN_HUNTED = 8
+_SETTING = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s]*)@")
 
 
 def is_secret_key(name: object) -> bool:
     """Does a key with this name hold a secret? Its name's last word decides (see the module docstring)."""
-    if not isinstance(name, str):
-        return False
+    if not isinstance(name, str) or not _SETTING.match(name):
+        return False  # a map key naming something (a gRPC method "pkg.Svc/RotateKey"), not a setting
     words = _WORD.findall(name)
     return bool(words) and words[-1].lower() in SECRET_WORDS
 

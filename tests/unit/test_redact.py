@@ -43,6 +43,7 @@ listeners:
         ("token_ratio", False),
         ("secret_name", False),
         ("endpoint", False),
+        ("pkg.Svc/RotateKey", False),
     ],
 )
 def test_a_key_is_secret_by_the_last_word_of_its_name(name: str, secret: bool) -> None:
