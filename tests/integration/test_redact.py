@@ -82,3 +82,33 @@ def test_check_error_quoting_a_secret_value_hides_it(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "upstreams.orders.endpoints[0]" in r.stderr
     _assert_hidden(r.stdout + r.stderr)
+
+
+def test_run_logs_hide_expanded_values(tmp_path: Path) -> None:
+    # ``sidecar run`` logs each listener by name when it is ready: a name from ${...} is hunted there too.
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(
+        "admin: {listen: null}\n"
+        'upstreams: {orders: {endpoints: ["127.0.0.1:8081"]}}\n'
+        'listeners: [{name: "${LISTENER}", protocol: http, listen: "127.0.0.1:0", upstream: orders}]\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "run", "-c", str(path)],
+        cwd=ROOT,
+        env={**os.environ, "LISTENER": "listener-" + SECRET},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # until the listener says it is ready (or the process ends)
+            lines.append(line)
+            if "ready on" in line:
+                break
+    finally:
+        proc.terminate()
+        rest, _ = proc.communicate(timeout=30)
+    text = "".join(lines) + (rest or "")
+    assert any("listener <redacted> ready on 127.0.0.1:" in line for line in lines), text
+    assert SECRET not in text
