@@ -85,9 +85,10 @@ class AttemptContext:
         """``done(AttemptResult(outcome, payload))``, without building the result."""
         self._driver.attempt_answered(self.attempt.attempt, outcome, payload)
 
-    def commit(self) -> None:
-        """Part of this attempt's response is going to the client: no other attempt may follow."""
-        self._driver.feed(Committed(self.attempt.attempt))
+    def commit(self) -> bool:
+        """Part of this attempt's response is going to the client: no other attempt may follow. Whether this
+        attempt holds the commit now (``False``: another one got there first, or the call is over)."""
+        return self._driver.commit(self.attempt.attempt)
 
     def buffer_exceeded(self) -> None:
         """The request body outgrew the replay buffer while this attempt was sending it."""
@@ -226,6 +227,11 @@ class Driver:
     def client_gone(self) -> None:
         """The client cancelled or disconnected: cancel what is in flight, finish ``cancelled``."""
         self.feed(CLIENT_GONE)
+
+    def commit(self, n: int) -> bool:
+        """Attempt ``n``'s response started towards the client; whether the engine took it as the one."""
+        self.feed(Committed(n))
+        return self.call.holds_commit(n)
 
     def request_complete(self, now: float | None = None) -> None:
         """The client's whole request has been received and handed to the attempts in flight (for a call

@@ -388,8 +388,9 @@ def _seconds(s: float) -> str:
 
 
 def expand(tree: dict[str, Any], errors: ErrorList, default_policy: str = "grpc-a6") -> dict[str, Any]:
-    """Loader hook: validate each gRPC listener's ``service_config`` and add its policies and
-    ``method_policies`` entries to the (presets already resolved) configuration tree."""
+    """Loader hook: validate each gRPC listener's ``service_config`` and add its policies, its
+    ``method_policies`` entries and its timeouts (``method_timeouts``) to the (presets already resolved)
+    configuration tree: the listener reads them from there and never parses the service config again."""
     listeners = tree.get("listeners")
     policies = tree.get("policies")
     if not isinstance(listeners, list) or not isinstance(policies, dict):
@@ -399,6 +400,7 @@ def expand(tree: dict[str, Any], errors: ErrorList, default_policy: str = "grpc-
     for i, lst in enumerate(listeners):
         if isinstance(lst, dict) and lst.get("protocol") == "grpc":
             _check_method_keys(lst.get("method_policies"), f"listeners[{i}].method_policies", errors)
+            _check_method_keys(lst.get("method_timeouts"), f"listeners[{i}].method_timeouts", errors)
         if not (
             isinstance(lst, dict) and lst.get("protocol") == "grpc" and lst.get("service_config") is not None
         ):
@@ -412,6 +414,9 @@ def expand(tree: dict[str, Any], errors: ErrorList, default_policy: str = "grpc-
             new_listeners.append(lst)
             continue
         mp = dict(lst.get("method_policies") or {}) if isinstance(lst.get("method_policies"), dict) else {}
+        mt = dict(lst.get("method_timeouts") or {}) if isinstance(lst.get("method_timeouts"), dict) else {}
+        for key, timeout in sc.timeouts().items():
+            mt.setdefault(key, _seconds(timeout))
         for j, mc in enumerate(sc.methods):
             pname = policy_name(name, j)
             if pname in policies:
@@ -423,7 +428,7 @@ def expand(tree: dict[str, Any], errors: ErrorList, default_policy: str = "grpc-
             policies[pname] = body
             for key in mc.keys:
                 mp.setdefault(key, pname)
-        new_listeners.append({**lst, "method_policies": mp})
+        new_listeners.append({**lst, "method_policies": mp, "method_timeouts": mt})
     return {**tree, "policies": policies, "listeners": new_listeners}
 
 

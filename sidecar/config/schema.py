@@ -248,11 +248,14 @@ class HttpListenerConfig(ListenerBase):
     retry_non_idempotent: bool = False
     max_header_size: Size = 64 * 1024
     idle_timeout: Duration = 60.0
+    request_body_timeout: Duration = 60.0  # a request body from which nothing arrives this long: 408
 
 
 class GrpcListenerConfig(ListenerBase):
     protocol: Literal["grpc"]
     method_policies: dict[str, str] = {}
+    #: A deadline cap per method key, as a service config's ``timeout`` (filled from ``service_config``).
+    method_timeouts: dict[str, Duration] = {}
     service_config: dict[str, Any] | str | None = None
     max_message_size: Size = 4 * 1024 * 1024
 

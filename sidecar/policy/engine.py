@@ -224,6 +224,10 @@ class Call:
             b = self.backoff = BackoffSequence(self.policy.backoff)
         return b
 
+    def holds_commit(self, n: int) -> bool:
+        """Is attempt ``n`` the one whose response the client gets (after ``Committed``)?"""
+        return self.committed == n and not self.finished
+
     def interrupt(self, reason: Reason) -> Finish:
         """The runtime ends the call for a cause the engine did not see (a bug outside it): no more commands;
         the runtime cancels what is in flight. The ``Finish`` it returns delivers nothing."""

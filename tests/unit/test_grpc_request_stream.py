@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sidecar.adapters.grpc.request import EOF, RequestStream
+from sidecar.adapters.grpc.replay import EOF, RequestStream
 
 
 class Client:

@@ -128,3 +128,11 @@ def test_broken_text_and_bad_method_keys() -> None:
 def test_timeouts_by_method_key() -> None:
     sc = parse({"methodConfig": [{"name": [{"service": "a.B", "method": "C"}], "timeout": "0.25s"}]}, "", [])
     assert isinstance(sc, ServiceConfig) and sc.timeouts() == {"a.B/C": 0.25}
+
+
+def test_the_loader_hands_the_listener_the_service_configs_timeouts_and_your_own_win() -> None:
+    sc = {"methodConfig": [{"name": [{"service": "a.B"}], "timeout": "0.25s"}, {"name": [{}], "timeout": "2s"}]}
+    cfg = load_dict(listener(service_config=sc, method_timeouts={"a.B": "100ms"}), {})
+    assert cfg.listeners[0].method_timeouts == {"a.B": 0.1, "*": 2.0}
+    errs = dict(errors_of(listener(method_timeouts={"/a/b/c": "1s"})))
+    assert "package.Service" in errs['listeners[0].method_timeouts["/a/b/c"]']

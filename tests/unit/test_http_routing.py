@@ -75,3 +75,12 @@ def test_absolute_form_by_upstream_name_or_endpoint_and_nothing_else() -> None:
     assert r.proxy("::1", 7000, "/").upstream == "admin"
     assert r.proxy("10.0.0.2", 9999, "/x") is None  # not an endpoint
     assert r.proxy("example.com", 80, "/") is None
+
+
+def test_a_loopback_endpoint_is_reached_by_any_loopback_name() -> None:
+    r = router([])
+    for host in ("localhost", "LOCALHOST", "127.0.0.1", "::1", "[::1]"):
+        found = r.proxy(host, 7000, "/")
+        assert found is not None and found.upstream == "admin", host
+    assert r.proxy("localhost", 7001, "/") is None  # the port still has to match
+    assert r.proxy("USERS.SVC", 9000, "/") is not None

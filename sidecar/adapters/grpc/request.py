@@ -1,173 +1,144 @@
-"""The client's request messages: forwarded as they arrive, kept for replay (A6 "buffered RPCs").
+"""One proxied call, from the client's metadata to its final status.
 
-Every call, whatever its shape, is forwarded as a stream: a pump task reads the client into a
-:class:`RequestStream` from the start, and each attempt's writer sends what is buffered, then follows live
-messages, then half-closes once the client did. Nothing waits for more of the request than has arrived: a
-client that sends one message and waits for the answer (interactive bidi calls), or sends none until the
-server speaks, is forwarded at once.
-
-While the stream is replayable it is held whole, up to ``limit`` bytes. When it outgrows the limit while an
-attempt is sending it, it is sealed (``on_overflow``: the engine hears ``buffer_exceeded``): no further attempt
-may start, and messages are dropped once every live writer has sent them. A commit seals it too. While no
-attempt is out (a backoff wait), the pump stops reading rather than overflow, so the next attempt still has
-the whole request. Once sealed, the pump reads only while less than ``limit`` bytes wait to be sent
-(backpressure on the client instead of unbounded memory).
-
-``on_complete`` is called once, when the client has half-closed and a writer has sent the whole request
-upstream (the engine's ``RequestComplete``: per-try timeouts start then).
+Route the method to a policy, read the client's deadline (its ``grpc-timeout``, or the deadline header in
+metadata, whichever is sooner; capped by a service config ``timeout``; without either, the policy's default
+is the sidecar's own bound), set the call up (``Services.begin_request``), forward the request's messages as
+they come (``replay.py``), drive the engine through ``attempt.py``, and once nothing more will be sent to the
+client (``Downstream.close``), give it the answer its ``Finish`` maps to (``answer.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from ...policy.deadline import MAX_TIMEOUT_S, parse_timeout_ms
+from ...runtime import Driver, drive
+from ...services import Services, UpstreamRuntime
+from .answer import Answer, Downstream, answer
+from .attempt import Attempter
+from .classify import GrpcClassifier
+from .metadata import first_value, request_metadata
+from .replay import RequestStream
+from .routing import MethodRoutes
+from .upstream import Channels
+
 log = logging.getLogger("sidecar.grpc")
-
-Read = Callable[[], Awaitable[Any]]
-EOF = grpc.aio.EOF
+DEFAULT_REPLAY_BUFFER = 256 * 1024
 
 
-class _Writer:
-    __slots__ = ("position", "on_overflow")
+@dataclass(slots=True)
+class Shared:
+    """What every call of a listener uses."""
 
-    def __init__(self, position: int, on_overflow: Callable[[], None]) -> None:
-        self.position = position
-        self.on_overflow = on_overflow
+    listener: str
+    services: Services
+    upstream: UpstreamRuntime
+    routes: MethodRoutes
+    channels: Channels
+    classifiers: dict[str, GrpcClassifier]
 
 
-class RequestStream:
-    def __init__(
-        self,
-        read: Read,
-        limit: int,
-        on_seal: Callable[[bool], None] | None = None,
-        on_complete: Callable[[], None] | None = None,
-    ) -> None:
-        self._read = read
-        self.limit = limit
-        self.messages: list[bytes] = []
-        self.first = 0  # stream index of messages[0]
-        self.size = 0
-        self.count = 0
-        self.eof = False
-        self.replayable = True
-        self.overflowed = False
-        self._on_seal = on_seal
-        self._on_complete = on_complete
-        self._writers: dict[int, _Writer] = {}
-        self._waiters: list[asyncio.Future[None]] = []
-        self._pump: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(self._run_pump())
+async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) -> None:
+    loop = asyncio.get_running_loop()
+    services = shared.services
+    route = shared.routes.resolve(method)
+    compiled = services.policy(route.policy)
+    pc = compiled.config
+    incoming = [(m.key, m.value) for m in context.invocation_metadata() or ()]
+    received = _received_timeout(context, incoming, pc.deadline.header)
+    # A service config's timeout is applied as the client's own deadline, as a direct channel would have.
+    call, obs = services.begin_request(
+        compiled,
+        shared.upstream,
+        listener=shared.listener,
+        protocol="grpc",
+        name=route.name,
+        attributes={"rpc.system": "grpc", "rpc.service": route.service, "rpc.method": route.method},
+        parent={k: v for k, v in incoming if isinstance(v, str)},
+        arrival=loop.time(),
+        received=received,
+        cap=route.timeout_cap,
+        request_complete=False,  # messages are forwarded as they come: complete once the client half-closed
+    )
+    stream: RequestStream | None = None
+    try:
+        limit = pc.replay_buffer if pc.replay_buffer is not None else DEFAULT_REPLAY_BUFFER
+        drivers: list[Driver] = []  # the one driver, once drive() made it
+        stream = RequestStream(
+            context.read,
+            limit,
+            on_seal=lambda over: over and obs.buffer_exceeded(),
+            # the client half-closed and its whole request went upstream: per-try timers, own deadline start
+            on_complete=lambda: drivers[0].request_complete(),
+        )
+        down = Downstream(context, stream)
+        attempter = Attempter(
+            channels=shared.channels,
+            method=method,
+            request=stream,
+            metadata=request_metadata(incoming, pc.deadline.header),
+            downstream=down,
+            classifier=_classifier(shared, route.policy, pc),
+            observer=obs,
+            deadline_header=pc.deadline.header if _has(incoming, pc.deadline.header) else None,
+        )
+        delivery = await drive(call, attempter, obs, drivers.append)
+        await down.close()  # grpc sends the status when we return: nothing may be in flight beside it
+        ans = answer(
+            delivery.finish,
+            delivery.payload,
+            upstream=shared.upstream.name,
+            give_up_pushback=pc.give_up_pushback,
+        )
+        _deliver(context, ans)
+        obs.set_attribute("rpc.grpc.status_code", ans.code.value[0])
+        obs.end(None if ans.code is grpc.StatusCode.OK else ans.code.name)
+    except asyncio.CancelledError:
+        obs.end("client cancelled")
+        raise
+    except BaseException as e:
+        obs.end(f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        if stream is not None:
+            stream.close()
 
-    # -- the pump: client -> buffer --------------------------------------------------------------------
-    async def _run_pump(self) -> None:
-        while True:
-            if not self._room():
-                await self._until(self._room)
-            try:
-                msg = await self._read()
-            except Exception as e:  # noqa: BLE001 - the client's stream broke: never half-close for it
-                log.debug("reading the client's request stream failed: %r", e)
-                return
-            if msg is EOF:
-                self.eof = True
-                self._changed()
-                return
-            self._append(msg)
 
-    def _append(self, msg: bytes) -> None:
-        self.messages.append(msg)
-        self.size += len(msg)
-        self.count += 1
-        self._check_overflow()
-        self._changed()
+def _deliver(context: grpc.aio.ServicerContext, ans: Answer) -> None:
+    try:
+        context.set_trailing_metadata(tuple(ans.trailing))
+        context.set_code(ans.code)
+        if ans.details:
+            context.set_details(ans.details)
+    except Exception as e:  # noqa: BLE001 - a server call that already ended refuses them
+        log.debug("the client is gone before its status: %r", e)
 
-    def _room(self) -> bool:
-        if self.replayable:
-            return self.size <= self.limit  # over it with no attempt out: wait for one (then seal)
-        return self.size < self.limit
 
-    def _check_overflow(self) -> None:
-        if self.replayable and self.size > self.limit and self._writers:
-            self.overflowed = True
-            self.seal()
-            for w in list(self._writers.values())[:1]:
-                w.on_overflow()
+def _received_timeout(
+    context: grpc.aio.ServicerContext, incoming: list[tuple[str, Any]], header: str
+) -> float | None:
+    """The sooner of the client's ``grpc-timeout`` and the deadline header, if either is there."""
+    found = []
+    remaining = context.time_remaining()
+    if remaining is not None and remaining < MAX_TIMEOUT_S:
+        found.append(max(0.0, remaining))
+    from_header = parse_timeout_ms(first_value(incoming, header))
+    if from_header is not None:
+        found.append(from_header)
+    return min(found) if found else None
 
-    def seal(self) -> None:
-        """No attempt will start after the ones out now (a commit, or the buffer overflowed)."""
-        if not self.replayable:
-            return
-        self.replayable = False
-        if self._on_seal is not None:
-            self._on_seal(self.overflowed)
-        self._trim()
-        self._changed()
 
-    # -- writers: buffer -> one attempt ----------------------------------------------------------------
-    async def feed(
-        self,
-        attempt: int,
-        write: Callable[[bytes], Awaitable[Any]],
-        done_writing: Callable[[], Awaitable[Any]],
-        on_overflow: Callable[[], None],
-    ) -> None:
-        """Send the whole request to one attempt: what is buffered, then live messages, then half-close."""
-        if self.first > 0:
-            raise RuntimeError("request stream already trimmed: this attempt cannot replay it")
-        w = self._writers[attempt] = _Writer(0, on_overflow)
-        self._check_overflow()
-        try:
-            while True:
-                while w.position < self.first + len(self.messages):
-                    msg = self.messages[w.position - self.first]
-                    await write(msg)
-                    w.position += 1
-                    if not self.replayable:
-                        self._trim()
-                if self.eof:
-                    await done_writing()
-                    if self._on_complete is not None:
-                        done, self._on_complete = self._on_complete, None
-                        done()
-                    return
-                await self._wait()
-        finally:
-            self._writers.pop(attempt, None)
-            if not self.replayable:
-                self._trim()
+def _has(incoming: list[tuple[str, Any]], header: str) -> bool:
+    return first_value(incoming, header) is not None
 
-    def _trim(self) -> None:
-        low = min((w.position for w in self._writers.values()), default=self.first + len(self.messages))
-        drop = low - self.first
-        if drop > 0:
-            self.size -= sum(len(m) for m in self.messages[:drop])
-            del self.messages[:drop]
-            self.first = low
-            self._changed()
 
-    # -- plumbing --------------------------------------------------------------------------------------
-    def _changed(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for f in waiters:
-            if not f.done():
-                f.set_result(None)
-
-    async def _wait(self) -> None:
-        f = asyncio.get_running_loop().create_future()
-        self._waiters.append(f)
-        await f
-
-    async def _until(self, cond: Callable[[], bool]) -> None:
-        while not cond():
-            await self._wait()
-
-    def close(self) -> None:
-        if self._pump is not None:
-            self._pump.cancel()
-        self._changed()
-        self.messages.clear()
+def _classifier(shared: Shared, policy: str, pc: Any) -> GrpcClassifier:
+    c = shared.classifiers.get(policy)
+    if c is None:
+        c = shared.classifiers[policy] = GrpcClassifier.from_names(pc.retryable_codes, pc.overload_codes)
+    return c

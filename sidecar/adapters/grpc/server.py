@@ -1,6 +1,6 @@
 """The gRPC listener: a ``grpc.aio`` server with one catch-all generic handler that forwards any method as
 raw bytes, whatever its shape (unary, server-, client- or bidi-streaming): every call is served as a
-bidirectional stream and forwarded as ``proxy.py`` decides."""
+bidirectional stream and forwarded as ``request.py`` decides."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import logging
 import grpc
 
 from ...config import GrpcListenerConfig, UpstreamConfig
-from ...config.grpc_service_config import parse as parse_service_config
 from ...config.units import split_host_port
 from ...services import Services
-from .proxy import Shared, proxy
+from .request import Shared, proxy
 from .routing import MethodRoutes
 from .upstream import Channels
 
@@ -56,16 +55,13 @@ class GrpcListener:
     def __init__(self, config: GrpcListenerConfig, services: Services) -> None:
         self.name = config.name
         self.config = config
-        if config.upstream not in services.upstreams:
-            raise ValueError(f"listener {config.name!r}: no upstream named {config.upstream!r}")
-        upstream = services.upstream(config.upstream)
-        sc = parse_service_config(config.service_config, f"listener {config.name}", [])
+        upstream = services.upstream(config.upstream)  # the loader checked every name
         policy = config.policy or "grpc-a6"
         self.shared = Shared(
             listener=config.name,
             services=services,
             upstream=upstream,
-            routes=MethodRoutes(config.method_policies, policy, sc.timeouts() if sc else {}),
+            routes=MethodRoutes(config.method_policies, policy, config.method_timeouts),
             channels=_channels(config, upstream.config),
             classifiers={},
         )

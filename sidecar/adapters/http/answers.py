@@ -21,6 +21,7 @@ any other, nobody answered:
 Requests refused before any attempt get 400 (malformed), 403 (absolute-form to an unknown host), 405
 (``CONNECT``), 408 (head not received within ``idle_timeout``), 431 (head larger than
 ``max_header_size``), 503 (the sidecar is shutting down); each with a short text body naming the cause.
+A request whose body stops arriving for ``request_body_timeout`` gets 408 too, its attempts abandoned.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 import httptools
 
-from . import answers
+from . import answers, methods
 from .headers import add_header, content_length
 from .replay import RequestBody
 from .request import IncomingRequest, refused
@@ -60,6 +60,10 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         "last_activity",
         "in_body",
         "max_header_size",
+        "eof",
+        "at_boundary",
+        "held",
+        "ext_method",
     )
 
     def __init__(self, listener: HttpListener) -> None:
@@ -85,6 +89,10 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         self.write_paused = False
         self.last_activity = self.loop.time()
         self.in_body = False
+        self.eof = False  # the client half-closed: answer what it sent, then close
+        self.at_boundary = True  # the parser was fed from a request's first byte (methods.py)
+        self.held = b""  # the start of an extension method, until its end arrives
+        self.ext_method = b""  # the client's method, when the parser was given a stand-in
 
     # -- asyncio.Protocol ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -100,32 +108,73 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         self.last_activity = self.loop.time()
         if self.closing and self.current is None:
             return  # after a refusal or during shutdown: nothing more is read
-        try:
-            self.parser.feed_data(data)
-            if self.queue and not self.busy:
-                self._next()
-            return
-        except httptools.HttpParserUpgrade as e:
-            self._upgrade(data[e.args[0] :] if e.args else b"")
-        except httptools.HttpParserCallbackError as e:
-            if isinstance(e.__context__, _HeadTooLarge):
-                self._refuse(
-                    431,
-                    f"request head larger than max_header_size ({self.max_header_size} bytes)",
-                )
-            else:
-                log.exception("HTTP request parsing failed in a callback")
-                self._refuse(400, "bad request")
-        except httptools.HttpParserError as e:
-            self._refuse(400, f"malformed request: {e}")
+        if self.held:  # the start of an extension method (methods.py)
+            data, self.held = self.held + data, b""
+        while True:
+            self.at_boundary = self.current is None
+            try:
+                self.parser.feed_data(data)
+                if self.queue and not self.busy:
+                    self._next()
+                return
+            except httptools.HttpParserInvalidMethodError as e:
+                again = self._extension_method(data)
+                if again is not None:
+                    data = again
+                    if data:
+                        continue
+                else:
+                    self._refuse(400, f"malformed request: {e}")
+            except httptools.HttpParserUpgrade as e:
+                self._upgrade(data[e.args[0] :] if e.args else b"")
+            except httptools.HttpParserCallbackError as e:
+                if isinstance(e.__context__, _HeadTooLarge):
+                    self._refuse(
+                        431,
+                        f"request head larger than max_header_size ({self.max_header_size} bytes)",
+                    )
+                else:
+                    log.exception("HTTP request parsing failed in a callback")
+                    self._refuse(400, "bad request")
+            except httptools.HttpParserError as e:
+                self._refuse(400, f"malformed request: {e}")
+            break
         if self.queue and not self.busy:
             self._next()
 
+    def _extension_method(self, data: bytes) -> bytes | None:
+        """The parser refused a method it does not know (RFC 9110 allows any token): parse the request again
+        from where it begins with a method it knows in its place (``on_headers_complete`` puts the client's
+        back). Returns what to feed the new parser (empty: wait for the rest of the method), or ``None``: no
+        token, a malformed request. Found only when ``data`` began at a request boundary (a packet that
+        carries the end of one body and then an extension method is refused)."""
+        if not self.at_boundary:
+            return None
+        found = methods.rewrite(data)
+        if found is None:
+            return None
+        self.parser = httptools.HttpRequestParser(self)
+        self.current = None
+        if not found.method:
+            self.held = found.rest
+            return b""
+        self.ext_method = found.method
+        return found.rest
+
     def eof_received(self) -> bool:
-        # Like nginx, an end of input while a request is unanswered means the client gave up (a client
-        # that half-closes and still waits for its answer is rare, and indistinguishable from one gone).
-        self.closing = True
-        return False
+        """The client sent all it will (``shutdown(SHUT_WR)``, ``nc -N``): the requests it completed are
+        answered, in order, then the connection closes (as HAProxy does without ``abortonclose``). A
+        request cut short (head or body incomplete) can never be answered: the connection is dropped. A
+        client gone altogether is seen when an answer cannot be written to it."""
+        self.eof = True
+        queue = self.queue
+        if self.current is not None or (queue and not queue[-1].body_complete):
+            self._abort()
+            return False
+        if not queue:
+            self.closing = True
+            return False
+        return True  # keep the sending side open for the answers
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -179,7 +228,10 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         req = self.current
         assert req is not None
         p = self.parser
-        req.method = method = p.get_method()
+        method = p.get_method()
+        if self.ext_method:
+            method, self.ext_method = self.ext_method, b""
+        req.method = method
         req.head_request = method == b"HEAD"
         req.keep_alive = keep_alive = p.should_keep_alive()
         length: int | None = 0
@@ -190,6 +242,8 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
             n = headers[i]
             if n == b"content-length":
                 length = content_length(headers[i + 2])
+                if length == 0:
+                    req.zero_length = True  # RFC 9112 6.3: kept, some servers (nginx) want a length
             elif n == b"transfer-encoding":
                 if b"chunked" in headers[i + 2].lower():
                     length = None
@@ -306,7 +360,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
                     log.exception("answering a request failed")
                     self.abort_request(req)
                     break
-            if not queue and self.closing and not self.closed:
+            if not queue and (self.closing or self.eof) and not self.closed:
                 self.close()
         finally:
             self.in_next = False

@@ -101,7 +101,7 @@ class Forwarder:
                 u: Any = httptools.parse_url(url)  # its fields may be None, whatever its stubs say
             except httptools.HttpParserInvalidURLError:
                 return self._refuse(req, conn, 400, "malformed request target")
-            if u.schema != b"http" or not u.host:
+            if not u.schema or u.schema.lower() != b"http" or not u.host:  # RFC 9110 4.2.3: any case
                 return self._refuse(req, conn, 403, "only http:// targets can be proxied")
             port = u.port or 80
             hostname = u.host.decode("latin-1")
@@ -130,7 +130,7 @@ class Forwarder:
             req.headers,
             client_ip=conn.client_ip,
             deadline_header=plan.deadline_lname,
-            body_length=None if body is None else body.length,
+            body_length=(0 if req.zero_length else None) if body is None else body.length,
             chunked=body is not None and body.chunked,
             authority=authority,
             is_self=self.is_self,
@@ -170,6 +170,9 @@ class Forwarder:
         replayable = body is None or body.replayable
         if not replayable:
             obs.buffer_exceeded()
+        # Envoy's rule: the per-try timeout and the sidecar's own deadline start once the whole request is
+        # upstream; an upload still arriving is not the upstream's time (the client's deadline still counts).
+        complete = body is None or body.complete
         call = self.services.new_call(
             plan.policy,
             plan.upstream,
@@ -177,9 +180,13 @@ class Forwarder:
             default_timeout=plan.default_deadline,
             retry_on=None if may_retry else plan.connect_only,
             replayable=replayable,
+            request_complete=complete,
         )
         attempter = Attempter(conn.loop, plan, req, obs, rh.head, rh.host is None, may_retry)
         fwd = Forwarding(self, req, conn, obs, attempter)
+        if not complete:
+            assert body is not None
+            body.on_complete = fwd.body_complete
         conn.active = fwd
         timers = self.timers
         if timers is None:
@@ -220,7 +227,7 @@ class Forwarder:
 class Forwarding(CallOwner):
     """One request between ``begin`` and its complete answer."""
 
-    __slots__ = ("forwarder", "req", "conn", "obs", "attempter", "driver", "response")
+    __slots__ = ("forwarder", "req", "conn", "obs", "attempter", "driver", "response", "stalled")
 
     def __init__(
         self,
@@ -237,6 +244,7 @@ class Forwarding(CallOwner):
         self.attempter = attempter
         self.driver: Driver | None = None
         self.response: UpstreamResponse | None = None  # being streamed to the client
+        self.stalled = 0.0  # the request body stalled for this many seconds: answered 408
 
     def _over(self) -> None:
         """The answer is complete: on to the connection's next request. The references that tie this
@@ -245,6 +253,22 @@ class Forwarding(CallOwner):
         self.attempter.ctx = None
         self.conn.request_done(self.req)
 
+    def body_complete(self) -> None:
+        """The client's whole body has arrived and gone to the attempts in flight: their clocks start."""
+        driver = self.driver
+        if driver is not None and driver.finish is None:
+            driver.request_complete()
+
+    def body_stalled(self, timeout: float) -> None:
+        """Nothing of the request body came for ``request_body_timeout``: abandon the attempts, answer 408,
+        close (the rest of the body will not be read)."""
+        driver = self.driver
+        if driver is None or driver.finish is not None:
+            self.conn.close()  # answered already: the connection cannot carry another request
+            return
+        self.stalled = timeout
+        driver.client_gone()  # -> finished(cancelled), answered 408 there
+
     def client_gone(self) -> None:
         """The client disconnected: stop the attempts, or the response being streamed."""
         if self.driver is not None and self.driver.finish is None:
@@ -252,7 +276,9 @@ class Forwarding(CallOwner):
             return
         resp, self.response = self.response, None
         if resp is not None:
+            resp.pipe = None  # what the upstream connection says as it is dropped is not news
             resp.abort()
+            log.info("client went away before its response was complete")
             self.obs.end("client went away")
 
     def finished(self, finish: Finish, payload: Any) -> None:
@@ -269,7 +295,15 @@ class Forwarding(CallOwner):
         if finish.reason is _CANCELLED:
             if payload is not None:
                 self.attempter.discard(payload)
-            obs.end("client went away")
+            if self.stalled:
+                why = f"request body stalled for request_body_timeout ({self.stalled:g}s)"
+                self.forwarder.listener.refused(408)
+                conn.closing = True
+                self.forwarder._answer(req, conn, answers.text(408, why))
+                obs.set_attribute("http.response.status_code", 408)
+                obs.end(why)
+            else:
+                obs.end("client went away")
             self._over()
             return
         resp = payload

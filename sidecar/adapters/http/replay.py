@@ -47,6 +47,7 @@ class RequestBody:
         "control",
         "on_overflow",
         "on_first_attach",
+        "on_complete",
     )
 
     def __init__(self, length: int | None, limit: int, control: ReadControl) -> None:
@@ -68,6 +69,7 @@ class RequestBody:
         self.control = control
         self.on_overflow: Callable[[], None] | None = None
         self.on_first_attach: Callable[[], None] | None = None
+        self.on_complete: Callable[[], None] | None = None  # the whole body arrived (and went to the sinks)
 
     def restrict(self, limit: int) -> None:
         """Apply the route's own replay limit (the body began to arrive before the route was known)."""
@@ -103,6 +105,10 @@ class RequestBody:
             s.body_end()
         self.sinks.clear()
         self._flow()
+        done = self.on_complete
+        if done is not None:
+            self.on_complete = None
+            done()
 
     def discard(self) -> None:
         """The request is over (answered without its whole body): drop what comes, stop holding back."""

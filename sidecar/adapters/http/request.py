@@ -23,6 +23,7 @@ class IncomingRequest:
         "head_size",
         "refusal",
         "head_request",
+        "zero_length",
     )
 
     def __init__(self, began: float) -> None:
@@ -37,6 +38,7 @@ class IncomingRequest:
         self.head_size = 0
         self.refusal: tuple[int, str] | None = None  # answer this instead of forwarding (400, 405, ...)
         self.head_request = False  # a HEAD request: its answer has no body (set with ``method``)
+        self.zero_length = False  # no body, and the client said so (``Content-Length: 0``): forwarded as such
 
     @property
     def idempotent(self) -> bool:

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from ...config.schema import HttpListenerConfig, RouteMatch, UpstreamConfig
 from ...config.units import split_host_port
+
+#: The names of this host's loopback interface: an endpoint on one is reached by any of them.
+LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +92,10 @@ class Router:
         for name, uc in upstreams.items():
             for ep in uc.endpoints:
                 h, p = split_host_port(ep)
-                self.by_endpoint.setdefault((h.lower(), p), name)
+                h = h.lower().strip("[]").rstrip(".")
+                # a loopback endpoint is reached by any loopback name (``localhost:8080`` for ``127.0.0.1:8080``)
+                for alias in LOOPBACK_NAMES if h in LOOPBACK_NAMES else (h,):
+                    self.by_endpoint.setdefault((alias, p), name)
 
     def route(self, host_header: str | None, path: str) -> Target:
         """An origin-form request (``GET /x`` with ``Host``)."""

@@ -108,8 +108,22 @@ class HttpListener:
         assert loop is not None
         now = loop.time()
         idle_timeout = self.config.idle_timeout
+        body_timeout = self.config.request_body_timeout
         for conn in list(self.connections):
-            if now - conn.last_activity <= idle_timeout:
+            idle = now - conn.last_activity
+            # a body stalled by the client (not by the sidecar's own flow control: reading paused), and no
+            # answer on its way to it (an upstream may answer before the body is complete)
+            if (
+                idle > body_timeout
+                and conn.active is not None
+                and not conn.read_paused_by
+                and conn.streaming is None
+            ):
+                req = conn.active.req
+                if req.body is not None and not req.body.complete:
+                    conn.active.body_stalled(body_timeout)
+                    continue
+            if idle <= idle_timeout:
                 continue
             if not conn.busy and conn.current is None:
                 conn.close()  # idle keep-alive connection

@@ -6,6 +6,8 @@ import asyncio
 import gc
 import os
 import random
+import socket
+import struct
 
 import aiohttp
 
@@ -185,14 +187,35 @@ async def test_malformed_requests_get_400_and_other_connections_carry_on(client,
 
 
 async def test_client_going_away_cancels_the_upstream_request(upstream) -> None:
-    upstream.then(Fault(hang=True))
+    upstream.then(Fault(hang=True), Fault(hang=True))
     async with sidecar(config([upstream.endpoint])) as sc:
         reader, writer = await asyncio.open_connection(sc.host, sc.port)
         writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         await upstream.wait_hits(1)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, not FIN
         writer.close()
         await upstream.wait_cancelled(1)
         assert sc.requests(Reason.CANCELLED) == 1
+        # A client that ends its side in the middle of a body can never complete its request: dropped.
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        writer.write(b"PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+        await upstream.wait_hits(2)
+        writer.write_eof()
+        await upstream.wait_cancelled(2)
+        assert await reader.read() == b""
+        assert sc.requests(Reason.CANCELLED) == 2
+
+
+async def test_a_client_that_half_closes_after_its_requests_gets_the_answers(upstream) -> None:
+    async with sidecar(config([upstream.endpoint])) as sc:
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        writer.write(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+        writer.write_eof()
+        out = await reader.read()  # until the sidecar closes, once both are answered
+        writer.close()
+        assert out.count(b"HTTP/1.1 200 OK\r\n") == 2
+        assert [s.path for s in upstream.received] == ["/a", "/b"]
 
 
 async def test_upstream_connections_are_kept_alive_and_reused(client, upstream) -> None:

@@ -21,11 +21,10 @@ import grpc
 from ...policy import Outcome, OutcomeClass, SendAttempt
 from ...runtime import AttemptContext, AttemptResult
 from ...telemetry.observer import RequestObserver
-from .answer import UpstreamStatus
+from .answer import Downstream, UpstreamStatus
 from .classify import GrpcClassifier
-from .downstream import Downstream
 from .metadata import attempt_metadata
-from .request import EOF, RequestStream
+from .replay import EOF, RequestStream
 from .upstream import Channels
 
 log = logging.getLogger("sidecar.grpc")

@@ -1,0 +1,173 @@
+"""The client's request messages: forwarded as they arrive, kept for replay (A6 "buffered RPCs").
+
+Every call, whatever its shape, is forwarded as a stream: a pump task reads the client into a
+:class:`RequestStream` from the start, and each attempt's writer sends what is buffered, then follows live
+messages, then half-closes once the client did. Nothing waits for more of the request than has arrived: a
+client that sends one message and waits for the answer (interactive bidi calls), or sends none until the
+server speaks, is forwarded at once.
+
+While the stream is replayable it is held whole, up to ``limit`` bytes. When it outgrows the limit while an
+attempt is sending it, it is sealed (``on_overflow``: the engine hears ``buffer_exceeded``): no further attempt
+may start, and messages are dropped once every live writer has sent them. A commit seals it too. While no
+attempt is out (a backoff wait), the pump stops reading rather than overflow, so the next attempt still has
+the whole request. Once sealed, the pump reads only while less than ``limit`` bytes wait to be sent
+(backpressure on the client instead of unbounded memory).
+
+``on_complete`` is called once, when the client has half-closed and a writer has sent the whole request
+upstream (the engine's ``RequestComplete``: per-try timeouts start then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+log = logging.getLogger("sidecar.grpc")
+
+Read = Callable[[], Awaitable[Any]]
+EOF = grpc.aio.EOF
+
+
+class _Writer:
+    __slots__ = ("position", "on_overflow")
+
+    def __init__(self, position: int, on_overflow: Callable[[], None]) -> None:
+        self.position = position
+        self.on_overflow = on_overflow
+
+
+class RequestStream:
+    def __init__(
+        self,
+        read: Read,
+        limit: int,
+        on_seal: Callable[[bool], None] | None = None,
+        on_complete: Callable[[], None] | None = None,
+    ) -> None:
+        self._read = read
+        self.limit = limit
+        self.messages: list[bytes] = []
+        self.first = 0  # stream index of messages[0]
+        self.size = 0
+        self.count = 0
+        self.eof = False
+        self.replayable = True
+        self.overflowed = False
+        self._on_seal = on_seal
+        self._on_complete = on_complete
+        self._writers: dict[int, _Writer] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+        self._pump: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(self._run_pump())
+
+    # -- the pump: client -> buffer --------------------------------------------------------------------
+    async def _run_pump(self) -> None:
+        while True:
+            if not self._room():
+                await self._until(self._room)
+            try:
+                msg = await self._read()
+            except Exception as e:  # noqa: BLE001 - the client's stream broke: never half-close for it
+                log.debug("reading the client's request stream failed: %r", e)
+                return
+            if msg is EOF:
+                self.eof = True
+                self._changed()
+                return
+            self._append(msg)
+
+    def _append(self, msg: bytes) -> None:
+        self.messages.append(msg)
+        self.size += len(msg)
+        self.count += 1
+        self._check_overflow()
+        self._changed()
+
+    def _room(self) -> bool:
+        if self.replayable:
+            return self.size <= self.limit  # over it with no attempt out: wait for one (then seal)
+        return self.size < self.limit
+
+    def _check_overflow(self) -> None:
+        if self.replayable and self.size > self.limit and self._writers:
+            self.overflowed = True
+            self.seal()
+            for w in list(self._writers.values())[:1]:
+                w.on_overflow()
+
+    def seal(self) -> None:
+        """No attempt will start after the ones out now (a commit, or the buffer overflowed)."""
+        if not self.replayable:
+            return
+        self.replayable = False
+        if self._on_seal is not None:
+            self._on_seal(self.overflowed)
+        self._trim()
+        self._changed()
+
+    # -- writers: buffer -> one attempt ----------------------------------------------------------------
+    async def feed(
+        self,
+        attempt: int,
+        write: Callable[[bytes], Awaitable[Any]],
+        done_writing: Callable[[], Awaitable[Any]],
+        on_overflow: Callable[[], None],
+    ) -> None:
+        """Send the whole request to one attempt: what is buffered, then live messages, then half-close."""
+        if self.first > 0:
+            raise RuntimeError("request stream already trimmed: this attempt cannot replay it")
+        w = self._writers[attempt] = _Writer(0, on_overflow)
+        self._check_overflow()
+        try:
+            while True:
+                while w.position < self.first + len(self.messages):
+                    msg = self.messages[w.position - self.first]
+                    await write(msg)
+                    w.position += 1
+                    if not self.replayable:
+                        self._trim()
+                if self.eof:
+                    await done_writing()
+                    if self._on_complete is not None:
+                        done, self._on_complete = self._on_complete, None
+                        done()
+                    return
+                await self._wait()
+        finally:
+            self._writers.pop(attempt, None)
+            if not self.replayable:
+                self._trim()
+
+    def _trim(self) -> None:
+        low = min((w.position for w in self._writers.values()), default=self.first + len(self.messages))
+        drop = low - self.first
+        if drop > 0:
+            self.size -= sum(len(m) for m in self.messages[:drop])
+            del self.messages[:drop]
+            self.first = low
+            self._changed()
+
+    # -- plumbing --------------------------------------------------------------------------------------
+    def _changed(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for f in waiters:
+            if not f.done():
+                f.set_result(None)
+
+    async def _wait(self) -> None:
+        f = asyncio.get_running_loop().create_future()
+        self._waiters.append(f)
+        await f
+
+    async def _until(self, cond: Callable[[], bool]) -> None:
+        while not cond():
+            await self._wait()
+
+    def close(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+        self._changed()
+        self.messages.clear()
