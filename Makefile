@@ -6,16 +6,16 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit integration demo lint bench lock clean
+.PHONY: install test unit integration demo lint bench lock clean image image-test
 
 # `install` also compiles the hot path with mypyc when a source changed (tools/native.py; SIDECAR_NATIVE=0: pure Python).
 install: $(STAMP)
 	@$(BIN)/python tools/native.py build
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements-dev.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.lock
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements-dev.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
@@ -27,6 +27,7 @@ $(PYMONGO_OLD)/.installed: tests/compat/mongo/pymongo-4.16.txt $(STAMP)
 	@touch $@
 
 test: install $(PYMONGO_OLD)/.installed
+	@bash tools/test-deps.sh
 	$(BIN)/python -m pytest tests
 
 unit: install
@@ -44,12 +45,31 @@ demo: install
 bench: install
 	$(BIN)/python bench/run_all.py
 
-# Re-pin the dependencies after editing pyproject.toml (needs network access to PyPI).
+# The image, built with podman on a base made locally (deploy/ci/podman.sh: installs podman with apt when
+# missing, configures it under build/image, makes localhost/python-base:bookworm with mmdebstrap), then run
+# read-only and non-root through every protocol, a reload and a drain, and the compose stack (tests/image).
+IMAGE ?= localhost/retry-sidecar:dev
+image:
+	bash -c '. deploy/ci/podman.sh && podman build --build-arg BASE_IMAGE="$$BASE_IMAGE" -t $(IMAGE) . \
+	  && podman image ls --format "{{.Repository}}:{{.Tag}} {{.Size}}" $(IMAGE)'
+
+image-test: install image
+	bash -c '. deploy/ci/podman.sh && SIDECAR_IMAGE=$(IMAGE) $(BIN)/python -m pytest tests/image'
+
+# Re-pin the dependencies after editing pyproject.toml (needs network access to PyPI). Three hash-pinned locks,
+# the same versions in each (the dev lock is solved first and constrains the other two):
+#   requirements-dev.lock     everything: running, tests, plots, the mypyc build, the deploy checks (make install)
+#   requirements.lock         running only: what the image's runtime stage holds
+#   requirements-native.lock  running + the mypyc build: the image's builder stage
+LOCK_VENV := /tmp/sidecar-lock-venv
+PIP_COMPILE := $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe \
+	--no-emit-index-url --no-emit-find-links
 lock:
-	$(PYTHON) -m venv /tmp/sidecar-lock-venv
-	/tmp/sidecar-lock-venv/bin/pip install --quiet pip-tools
-	/tmp/sidecar-lock-venv/bin/pip-compile --quiet --extra test --extra plot --extra native --generate-hashes --strip-extras \
-	    --allow-unsafe -o requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet pip-tools
+	$(PIP_COMPILE) --extra test --extra plot --extra native --extra deploy -o requirements-dev.lock pyproject.toml
+	$(PIP_COMPILE) -c requirements-dev.lock -o requirements.lock pyproject.toml
+	$(PIP_COMPILE) -c requirements-dev.lock --extra native -o requirements-native.lock pyproject.toml
 
 clean:
 	rm -rf $(VENV) build *.egg-info

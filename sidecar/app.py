@@ -1,5 +1,5 @@
 """The composition root: build shared services from a validated config, start listeners and the admin port,
-drain on SIGTERM/SIGINT."""
+reload the config on SIGHUP or when its file changes (``reload.py``), drain on SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
@@ -9,13 +9,16 @@ import logging
 import random
 import signal
 from collections.abc import Callable
+from pathlib import Path
 
 from opentelemetry.sdk.trace.export import SpanExporter
+from prometheus_client import Counter
 
 from . import native
 from .adapters import Listener, make_listener
 from .admin import AdminServer
-from .config import Config, effective
+from .config import Config, ConfigError, effective, load_file
+from .reload import ConfigWatcher, restart_reasons
 from .services import Services
 from .telemetry import Telemetry
 
@@ -32,10 +35,20 @@ class App:
         *,
         rand: Callable[[], float] | None = None,
         span_exporter: SpanExporter | None = None,
+        config_path: Path | None = None,
     ) -> None:
+        """``config_path``: where ``config`` was read from; ``reload()`` reads it again."""
         self.config = config
+        self.config_path = config_path
         self.telemetry = Telemetry(config.telemetry, span_exporter=span_exporter)
         self.services = Services(config, self.telemetry, rand or random.Random().random)
+        self.reloads = Counter(
+            "sidecar_config_reloads",
+            "Configuration reloads, by result (applied, unchanged, rejected)",
+            ["result"],
+            registry=self.telemetry.metrics.registry,
+        )
+        self._reload_lock = asyncio.Lock()
         self.listeners: list[Listener] = [make_listener(lc, self.services) for lc in config.listeners]
         self.ready = False
         self.admin: AdminServer | None = None
@@ -52,6 +65,46 @@ class App:
             if lst.name == listener:
                 return lst.address
         raise KeyError(f"no listener named {listener!r}")
+
+    async def reload(self) -> bool:
+        """Read the config file again and apply it (see ``apply``). True when the new config is live."""
+        assert self.config_path is not None, "reload() needs the App built with config_path"
+        async with self._reload_lock:
+            try:
+                new = load_file(self.config_path)
+            except ConfigError as e:
+                for path, msg in e.errors:
+                    log.error("config reload rejected: %s: %s", path or "(file)", msg)
+                self.reloads.labels("rejected").inc()
+                return False
+            return self.apply(new)
+
+    def apply(self, new: Config) -> bool:
+        """Make ``new`` the live config, at once for every listener: requests that start from now on use it,
+        those in progress finish under the one they started with. Refused (False, logged, the old config
+        stays) when it changes what only a restart can (a listener's address or protocol, ...)."""
+        if new == self.config:
+            log.info("config reload: no change")
+            self.reloads.labels("unchanged").inc()
+            return True
+        reasons = restart_reasons(self.config, new)
+        if reasons:
+            for reason in reasons:
+                log.error("config reload rejected: %s", reason)
+            self.reloads.labels("rejected").inc()
+            return False
+        services = Services(new, self.telemetry, self.services.rand, previous=self.services)
+        by_name = {lc.name: lc for lc in new.listeners}
+        # No await from here to the end: no request can begin between two listeners' swaps.
+        for lst in self.listeners:
+            lst.reconfigure(by_name[lst.name], services)
+        self.services = services
+        self.config = new
+        if self.admin is not None:
+            self.admin.show(effective(new))
+        self.reloads.labels("applied").inc()
+        log.info("config reloaded from %s", self.config_path)
+        return True
 
     async def start(self) -> None:
         try:
@@ -83,9 +136,10 @@ class App:
         await self.stop(0)
 
 
-async def serve(config: Config) -> None:
-    """Run until SIGTERM or SIGINT, then drain."""
-    app = App(config)
+async def serve(config: Config, config_path: Path | None = None, watch_interval: float = 1.0) -> None:
+    """Run until SIGTERM or SIGINT, then drain. With ``config_path``, SIGHUP and a change of that file
+    (checked every ``watch_interval`` seconds; 0: not watched) reload the config."""
+    app = App(config, config_path=config_path)
     await app.start()
     log.info("hot path %s", "compiled with mypyc" if native.compiled() else "running as pure Python (slower)")
     # Everything built so far lives as long as the process: keep the cyclic GC from scanning it again and
@@ -96,8 +150,31 @@ async def serve(config: Config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watcher: ConfigWatcher | None = None
+    if config_path is not None:
+        watcher = ConfigWatcher(config_path, app.reload, watch_interval)
+
+        async def on_sighup() -> None:
+            assert watcher is not None
+            watcher.seen()
+            await app.reload()
+
+        pending: set[asyncio.Task[None]] = set()
+
+        def sighup() -> None:
+            task = loop.create_task(on_sighup())
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, sighup)
+        if watch_interval > 0:
+            watcher.start()
     if app.admin is not None:
         log.info("admin on http://%s:%d (healthz, readyz, metrics, config)", *app.admin.address)
     await stop.wait()
-    log.info("shutting down: draining for up to %.1fs", config.shutdown.grace)
+    if watcher is not None:
+        # Draining: a reload now would reconfigure stopping listeners (and SIGHUP's default would kill us).
+        loop.add_signal_handler(signal.SIGHUP, log.warning, "SIGHUP ignored: shutting down")
+        await watcher.stop()
+    log.info("shutting down: draining for up to %.1fs", app.config.shutdown.grace)
     await app.stop()

@@ -39,8 +39,11 @@ def run(
     config: Path = ConfigOption,
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
     uvloop: bool = typer.Option(True, help="Use uvloop when it is installed."),
+    watch_interval: float = typer.Option(
+        1.0, help="Seconds between checks of the config file for a change to reload (0: reload on SIGHUP only)."
+    ),
 ) -> None:
-    """Run the sidecar until SIGTERM/SIGINT."""
+    """Run the sidecar until SIGTERM/SIGINT; SIGHUP or a change of the config file reloads it."""
     cfg = _load(config)
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO),
@@ -51,7 +54,7 @@ def run(
     from .app import serve
 
     try:
-        _run(serve(cfg), uvloop)
+        _run(serve(cfg, config, watch_interval), uvloop)
     except AdapterMissing as e:
         typer.echo(f"sidecar: {e}", err=True)
         raise typer.Exit(2) from None

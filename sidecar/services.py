@@ -80,14 +80,20 @@ class Services:
         config: Config,
         telemetry: Telemetry,
         rand: Callable[[], float] | None = None,
+        previous: Services | None = None,
     ) -> None:
+        """``previous``: the services of the config this one replaces (a reload); an upstream whose config
+        did not change keeps its state (balancer, cooldowns, retry budgets)."""
         self.config = config
         self.telemetry = telemetry
         self.rand = rand if rand is not None else random.Random().random
         self.policies = {
             name: CompiledPolicy(name, retry_policy(name, pc), pc) for name, pc in config.policies.items()
         }
-        self.upstreams = {name: UpstreamRuntime(name, uc, telemetry) for name, uc in config.upstreams.items()}
+        self.upstreams: dict[str, UpstreamRuntime] = {}
+        for name, uc in config.upstreams.items():
+            kept = previous.upstreams.get(name) if previous is not None else None
+            self.upstreams[name] = kept if kept is not None and kept.config == uc else UpstreamRuntime(name, uc, telemetry)
 
     def policy(self, name: str) -> CompiledPolicy:
         return self.policies[name]

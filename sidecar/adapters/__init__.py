@@ -1,7 +1,9 @@
 """Protocol adapters. Each reads and writes its wire format, classifies upstream results into the engine's
 outcome classes, and carries out the engine's commands. Nothing protocol-specific lives outside them.
 
-A listener class takes ``(ListenerConfig, Services)`` and offers ``start()``, ``stop(grace)``, ``address``.
+A listener class takes ``(ListenerConfig, Services)`` and offers ``start()``, ``stop(grace)``, ``address``, and
+``reconfigure(config, services)``: a reloaded config (same address and protocol) for the requests that begin
+from now on.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class Listener(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self, grace: float) -> None: ...
+
+    def reconfigure(self, config: ListenerConfig, services: Services) -> None: ...
 
 
 class AdapterMissing(RuntimeError):

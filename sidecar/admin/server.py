@@ -25,9 +25,14 @@ class AdminServer:
         self.host, self.port = split_host_port(listen)
         self._registry = registry
         self._ready = ready
-        self._config_json = json.dumps(effective_config, indent=2)
+        self._config_json = ""
+        self.show(effective_config)
         self._runner: web.AppRunner | None = None
         self.address: tuple[str, int] = (self.host, self.port)
+
+    def show(self, effective_config: dict[str, Any]) -> None:
+        """``/config`` answers with this from now on (the live config, after a reload)."""
+        self._config_json = json.dumps(effective_config, indent=2)
 
     async def start(self) -> None:
         app = web.Application()

@@ -51,26 +51,43 @@ def _channels(config: GrpcListenerConfig, upstream: UpstreamConfig) -> Channels:
         raise OSError(f"listener {config.name!r}, upstream {config.upstream!r}: {e}") from None
 
 
+def _shared(config: GrpcListenerConfig, services: Services, channels: Channels | None) -> Shared:
+    upstream = services.upstream(config.upstream)  # the loader checked every name
+    policy = config.policy or "grpc-a6"
+    return Shared(
+        listener=config.name,
+        services=services,
+        upstream=upstream,
+        routes=MethodRoutes(config.method_policies, policy, config.method_timeouts),
+        channels=channels if channels is not None else _channels(config, upstream.config),
+        classifiers={},
+    )
+
+
 class GrpcListener:
     def __init__(self, config: GrpcListenerConfig, services: Services) -> None:
         self.name = config.name
         self.config = config
-        upstream = services.upstream(config.upstream)  # the loader checked every name
-        policy = config.policy or "grpc-a6"
-        self.shared = Shared(
-            listener=config.name,
-            services=services,
-            upstream=upstream,
-            routes=MethodRoutes(config.method_policies, policy, config.method_timeouts),
-            channels=_channels(config, upstream.config),
-            classifiers={},
-        )
+        self.shared = _shared(config, services, None)
+        self._handler = _AnyMethod(self.shared)
+        self._retired: list[Channels] = []  # channels to upstreams a reload changed: closed at stop
         self._server: grpc.aio.Server | None = None
         self._address: tuple[str, int] = split_host_port(config.listen)
 
     @property
     def address(self) -> tuple[str, int]:
         return self._address
+
+    def reconfigure(self, config: GrpcListenerConfig, services: Services) -> None:
+        """A reloaded config (same address and message size): calls from now on use it; calls in progress
+        finish with what they began with. The channels carry over when the upstream did not change."""
+        old = self.shared
+        same = services.upstreams.get(config.upstream) is old.upstream
+        self.shared = _shared(config, services, old.channels if same else None)
+        if not same:
+            self._retired.append(old.channels)
+        self.config = config
+        self._handler.shared = self.shared
 
     async def start(self) -> None:
         size = self.config.max_message_size
@@ -81,7 +98,7 @@ class GrpcListener:
                 ("grpc.max_send_message_length", size),
             )
         )
-        server.add_generic_rpc_handlers((_AnyMethod(self.shared),))
+        server.add_generic_rpc_handlers((self._handler,))
         host, _ = self._address
         try:
             port = server.add_insecure_port(self.config.listen)
@@ -97,4 +114,5 @@ class GrpcListener:
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace)
-        await self.shared.channels.close()
+        for channels in [*self._retired, self.shared.channels]:
+            await channels.close()

@@ -35,20 +35,29 @@ class HttpListener:
         self._drained: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.forwarder = Forwarder(self, services)
-        limits = [
-            services.policy(name).config.replay_buffer
-            for name in {config.policy, *(r.policy for r in config.routes)}
-            if name is not None
-        ]
-        # A body is read before its route is known to need it: keep as much as the largest route allows.
-        self.replay_limit = max(
-            (DEFAULT_REPLAY_BUFFER if v is None else v for v in limits), default=DEFAULT_REPLAY_BUFFER
-        )
+        self.replay_limit = _replay_limit(config, services)
         self._rejected = services.telemetry.metrics.listener(config.name)
 
     @property
     def address(self) -> tuple[str, int]:
         return self._address
+
+    def reconfigure(self, config: HttpListenerConfig, services: Services) -> None:
+        """A reloaded config (same address): requests from now on are routed and retried under it; those in
+        progress finish with the forwarder they began with. Pools of unchanged upstreams carry over; those of
+        changed ones close (their idle connections now, the busy ones once their response is done)."""
+        old = self.forwarder
+        self.config = config
+        self.services = services
+        forwarder = Forwarder(self, services)
+        for upstream, pools in old.pools.items():
+            if services.upstreams.get(upstream) is old.services.upstreams.get(upstream):
+                forwarder.pools[upstream] = pools
+            else:
+                for pool in pools.values():
+                    pool.close()
+        self.forwarder = forwarder
+        self.replay_limit = _replay_limit(config, services)
 
     async def start(self) -> None:
         loop = self.loop = asyncio.get_running_loop()
@@ -134,3 +143,13 @@ class HttpListener:
         for pool in self.forwarder.all_pools():
             pool.sweep(now, min(POOL_IDLE_TIMEOUT, idle_timeout))
         self._sweeper = loop.call_later(SWEEP_EVERY, self._sweep)
+
+
+def _replay_limit(config: HttpListenerConfig, services: Services) -> int:
+    """A body is read before its route is known to need it: keep as much as the largest route allows."""
+    limits = [
+        services.policy(name).config.replay_buffer
+        for name in {config.policy, *(r.policy for r in config.routes)}
+        if name is not None
+    ]
+    return max((DEFAULT_REPLAY_BUFFER if v is None else v for v in limits), default=DEFAULT_REPLAY_BUFFER)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import itertools
 import logging
@@ -74,6 +75,18 @@ class MongoListener:
             return host, port
         host, port = self._server.sockets[0].getsockname()[:2]
         return host, port
+
+    def reconfigure(self, config: MongoListenerConfig, services: Services) -> None:
+        """A reloaded config whose upstream did not change (``reload.restart_reasons`` refuses that): the
+        policy may have; commands from now on use it, those in progress finish under the old one."""
+        assert config.policy is not None
+        self.config = config
+        self.up = dataclasses.replace(
+            self.up,
+            runtime=services.upstream(config.upstream),
+            policy=services.policy(config.policy),
+            services=services,
+        )
 
     async def start(self) -> None:
         await self.up.topology.start(wait=self.settings.connect_timeout)

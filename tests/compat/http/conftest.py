@@ -3,8 +3,8 @@ sidecar must give the same answer (status, body bytes, end-to-end headers), minu
 on purpose (listed in docs/http.md, "What the sidecar changes on purpose", and in ``SIDECAR_ADDS`` below).
 
 Upstreams nobody here wrote: httpbin served by gunicorn (one per session, on a socket the test binds and
-hands over, so it is reachable before gunicorn has even started), and nginx when installed (``.ci/run``
-installs it; without it the nginx tests skip, saying so). The sidecar runs in a thread of its own on uvloop,
+hands over, so it is reachable before gunicorn has even started), and nginx (``tools/test-deps.sh``, which
+``make test`` runs, installs it; without it the nginx tests fail, saying so). The sidecar runs in a thread of its own on uvloop,
 as ``sidecar run`` does, so that blocking clients (``requests``, raw sockets) and aiohttp can both talk to it.
 """
 
@@ -137,7 +137,7 @@ def nginx() -> Iterator[str]:
     """``host:port`` of nginx serving static files (ranges, HEAD, 304, gzip) and WebDAV PUT/DELETE."""
     exe = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
     if exe is None:
-        pytest.skip("nginx is not installed (.ci/run installs it: apt-get install -y nginx)")
+        pytest.fail("nginx is not installed: tools/test-deps.sh installs it (make test runs it)")
     with tempfile.TemporaryDirectory(prefix="sidecar-compat-nginx-") as t:
         tmp = Path(t)
         www = tmp / "www"

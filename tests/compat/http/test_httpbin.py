@@ -111,9 +111,7 @@ def test_a_client_that_half_closes_gets_its_answer(httpbin: str, sidecar: Sideca
 def test_half_close_with_nc(httpbin: str, sidecar: Sidecar) -> None:
     nc = shutil.which("nc")
     if nc is None or b"-N" not in subprocess.run([nc, "-h"], capture_output=True).stderr:
-        pytest.skip(
-            "no nc with -N (netcat-openbsd) on this machine; the raw-socket test above is the same case"
-        )
+        pytest.fail("no nc with -N on this machine: tools/test-deps.sh installs netcat-openbsd (make test runs it)")
     out = subprocess.run(
         [nc, "-N", "127.0.0.1", str(sidecar.port("bin"))],
         input=b"GET /status/201 HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -297,7 +295,7 @@ def test_a_slow_curl_upload_is_answered_as_it_is_directly(
     200, as direct (it was 504: the per-try timeout ran while the client was still uploading)."""
     curl = shutil.which("curl")
     if curl is None:
-        pytest.skip("curl is not installed")
+        pytest.fail("curl is not installed: tools/test-deps.sh installs it (make test runs it)")
     f = tmp_path / "upload.bin"
     f.write_bytes(os.urandom(400 * 1024))
     codes = []

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The third-party programs the test suite runs against (make test calls this before pytest):
+#   nginx           an upstream of the HTTP differential suite (tests/compat/http)
+#   netcat-openbsd  `nc -N`, a client that half-closes after its request
+#   curl            a rate-limited upload client
+# Installed from Debian's packages where this machine has apt and we are root; elsewhere the tests that need
+# a missing program fail and name it (install it by hand, then run make test again).
+set -euo pipefail
+missing=()
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+{ command -v nc >/dev/null && nc -h 2>&1 | grep -q -- '-N'; } || missing+=(netcat-openbsd)
+command -v curl >/dev/null || missing+=(curl)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "test-deps: installing ${missing[*]} (apt-get)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+else
+    echo "test-deps: missing ${missing[*]} and cannot install them here (needs root and apt-get):" \
+         "the tests that use them will fail" >&2
+fi
