@@ -28,6 +28,14 @@ class Expansions:
         self.by_path: dict[str, tuple[str, str]] = {}
         self.substituted: set[str] = set()
 
+    def __eq__(self, other: object) -> bool:
+        # Compared with the config that holds it (a reload of an unchanged file is "no change").
+        if not isinstance(other, Expansions):
+            return NotImplemented
+        return self.by_path == other.by_path and self.substituted == other.substituted
+
+    __hash__ = None  # type: ignore[assignment]
+
     def record(self, path: str, value: str, masked: str, parts: list[str]) -> None:
         self.by_path[path] = (value, masked)
         self.substituted.update(p for p in parts if p)

@@ -151,3 +151,9 @@ def test_an_endpoint_with_userinfo_is_refused_without_quoting_it() -> None:
             "an endpoint is host:port, without user@ (credentials go in the upstream's auth)",
         )
     ]
+
+
+def test_two_loads_of_the_same_file_are_equal() -> None:
+    # A reload compares the new config with the live one: what expansion recorded must not differ.
+    assert load_text(CONFIG, {"OTLP_SECRET": SECRET}) == load_text(CONFIG, {"OTLP_SECRET": SECRET})
+    assert load_text(CONFIG, {"OTLP_SECRET": SECRET}) != load_text(CONFIG, {"OTLP_SECRET": "other-value"})
