@@ -12,6 +12,8 @@ import typer
 
 from . import __version__
 from .config import ConfigError, effective_yaml, load_file
+from .config.effective import redactor
+from .config.redact import Redactor
 
 app = typer.Typer(
     name="sidecar",
@@ -47,6 +49,7 @@ def run(
         level=getattr(logging, log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    _redact_logs(redactor(cfg))
     from .adapters import AdapterMissing
     from .app import serve
 
@@ -150,6 +153,24 @@ def version() -> None:
 
     how = "hot path compiled with mypyc" if native.compiled() else "pure Python"
     typer.echo(f"retry-sidecar {__version__} ({how})")
+
+
+class RedactingFormatter(logging.Formatter):
+    """Formats a record as the handler's formatter would, then hides the configuration's secrets in the
+    whole line (message, arguments, traceback: an exporter's error may quote its endpoint URL)."""
+
+    def __init__(self, inner: logging.Formatter, secrets: Redactor) -> None:
+        super().__init__()
+        self._inner = inner
+        self._secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._secrets.text(self._inner.format(record))
+
+
+def _redact_logs(secrets: Redactor) -> None:
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(RedactingFormatter(handler.formatter or logging.Formatter(), secrets))
 
 
 def _run(coro, use_uvloop: bool) -> None:  # noqa: ANN001

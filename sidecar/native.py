@@ -46,6 +46,7 @@ SOURCES = (
     "sidecar/policy/spec.py",
     "sidecar/policy/throttle.py",
     "sidecar/upstream/balancer.py",
+    "sidecar/upstream/outlier.py",
     "sidecar/runtime.py",
     "sidecar/timers.py",
     "sidecar/services.py",

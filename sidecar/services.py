@@ -17,6 +17,21 @@ from .policy import Call, EndpointPicker, OutcomeClass, RetryPolicy, Throttle, T
 from .telemetry import RequestObserver, Telemetry
 from .telemetry.metrics import Meters
 from .upstream.balancer import Balancer
+from .upstream.outlier import OutlierSpec
+
+
+def outlier_spec(config: UpstreamConfig) -> OutlierSpec | None:
+    od = config.outlier_detection
+    if not od.enabled:
+        return None
+    return OutlierSpec(
+        od.consecutive_connect_failures,
+        od.consecutive_errors,
+        od.consecutive_timeouts,
+        od.base_ejection_time,
+        od.max_ejection_time,
+        od.max_ejection_percent,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +49,11 @@ class UpstreamRuntime:
     def __init__(self, name: str, config: UpstreamConfig, telemetry: Telemetry) -> None:
         self.name = name
         self.config = config
-        self.balancer = Balancer(config.endpoints, cooldown=config.overload_cooldown)
+        self.balancer = Balancer(
+            config.endpoints, cooldown=config.overload_cooldown, outliers=outlier_spec(config)
+        )
+        if self.balancer.outliers is not None:
+            telemetry.metrics.watch_outliers(name, self.balancer)
         self._telemetry = telemetry
         self._throttles: dict[ThrottleSpec, Throttle] = {}
         self._by_id: dict[int, tuple[ThrottleSpec, Throttle]] = {}  # hashing a spec costs a Python call

@@ -1,4 +1,5 @@
-"""The effective configuration as plain data: presets spelled out, durations as text, secrets redacted."""
+"""The effective configuration as plain data: presets spelled out, durations as text, secrets redacted
+(``redact.py``: values from ``${VAR}``, URL userinfo, keys named like password, token, secret or key)."""
 
 from __future__ import annotations
 
@@ -6,24 +7,26 @@ from typing import Any
 
 import yaml
 
+from .env import REDACTED
+from .redact import Redactor, secret_key_values
 from .schema import Config
 
-REDACTED = "<redacted>"
-_SECRET_KEYS = {"password"}
+__all__ = ["REDACTED", "effective", "effective_yaml", "redactor"]
+
+
+def redactor(config: Config) -> Redactor:
+    """The redactor of one loaded configuration: it knows what came from ``${VAR}`` and the values of its
+    secret keys (to hide them in free text too: logs, error messages)."""
+    r = Redactor(config.expansions)
+    r.add_values(secret_key_values(config.model_dump(mode="json")))
+    return r
 
 
 def effective(config: Config) -> dict[str, Any]:
     data = config.model_dump(mode="json")
-    return _redact(data)
+    out: dict[str, Any] = redactor(config).tree(data)
+    return out
 
 
 def effective_yaml(config: Config) -> str:
     return yaml.safe_dump(effective(config), sort_keys=False, default_flow_style=None, width=100)
-
-
-def _redact(tree: Any) -> Any:
-    if isinstance(tree, dict):
-        return {k: (REDACTED if k in _SECRET_KEYS and v is not None else _redact(v)) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_redact(v) for v in tree]
-    return tree

@@ -14,8 +14,9 @@ import yaml
 from pydantic import ValidationError
 
 from . import grpc_service_config
-from .env import expand, join
+from .env import Expansions, expand, join
 from .presets import PRESETS, resolve_policies
+from .redact import Redactor, secret_key_values
 from .schema import PROTOCOL_PRESETS, Config
 from .units import split_host_port
 
@@ -68,7 +69,8 @@ def load_dict(tree: Any, environ: Mapping[str, str] | None = None, source: str =
             [("", "the top level must be a mapping (admin:, policies:, upstreams:, ...)")], source
         )
     errors: ErrorList = []
-    tree = expand(tree, os.environ if environ is None else environ, "", errors)
+    expansions = Expansions()
+    tree = expand(tree, os.environ if environ is None else environ, "", errors, expansions)
     raw_policies = tree.get("policies") or {}
     user_policies = sorted(raw_policies) if isinstance(raw_policies, dict) else []
     if isinstance(raw_policies, dict):
@@ -84,9 +86,13 @@ def load_dict(tree: Any, environ: Mapping[str, str] | None = None, source: str =
         config = None
     errors.extend(_references(tree, user_policies))
     if errors:
-        raise ConfigError(_unique(errors), source)
+        # A message may quote a value (``'x' is not a duration``): never a secret one.
+        redactor = Redactor(expansions, secret_key_values(tree))
+        raise ConfigError([(path, redactor.text(msg)) for path, msg in _unique(errors)], source)
     assert config is not None
-    return _with_default_policies(config)
+    config = _with_default_policies(config)
+    config._expansions = expansions
+    return config
 
 
 def _with_default_policies(config: Config) -> Config:

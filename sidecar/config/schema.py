@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from ..policy.outcome import OutcomeClass
 from ..policy.spec import Jitter
@@ -181,9 +181,31 @@ class AuthConfig(Base):
     mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-1"] = "SCRAM-SHA-256"
 
 
+class OutlierDetectionConfig(Base):
+    """Eject endpoints that keep failing (``sidecar/upstream/outlier.py``). On by default, as linkerd's failure
+    accrual is: a dead endpoint should not cost half the requests until someone notices."""
+
+    enabled: bool = True
+    consecutive_connect_failures: int = Field(3, ge=1)
+    consecutive_errors: int = Field(5, ge=1)
+    consecutive_timeouts: int = Field(5, ge=1)
+    base_ejection_time: Duration = 5.0
+    max_ejection_time: Duration = 60.0
+    max_ejection_percent: float = Field(50.0, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _times(self) -> OutlierDetectionConfig:
+        if self.base_ejection_time <= 0:
+            raise ValueError("base_ejection_time must be positive")
+        if self.base_ejection_time > self.max_ejection_time:
+            raise ValueError("base_ejection_time must not exceed max_ejection_time")
+        return self
+
+
 class UpstreamConfig(Base):
     endpoints: list[HostPort] = Field(min_length=1)
     overload_cooldown: Duration = 5.0
+    outlier_detection: OutlierDetectionConfig = OutlierDetectionConfig()
     connect_timeout: Duration = 2.0
     max_connections: int = Field(256, ge=1)  # per endpoint
     # MongoDB upstreams
@@ -277,6 +299,13 @@ class Config(Base):
     policies: dict[str, PolicyConfig] = {}
     upstreams: dict[str, UpstreamConfig] = {}
     listeners: list[ListenerConfig] = []
+    #: What ``${VAR}`` expansion put in (``env.Expansions``), set by the loader: the effective configuration
+    #: and the logs hide it (``redact.py``).
+    _expansions: Any = PrivateAttr(default=None)
+
+    @property
+    def expansions(self) -> Any:
+        return self._expansions
 
     def policy(self, name: str) -> PolicyConfig:
         return self.policies[name]

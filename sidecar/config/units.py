@@ -88,6 +88,8 @@ def parse_host_port(value: object) -> str:
     """``"127.0.0.1:8080"``, ``"orders:80"``, ``"[::1]:9000"``; port 0 is allowed (pick a free port)."""
     if not isinstance(value, str):
         raise ValueError("expected host:port")
+    if "@" in value:  # not quoted: it may hold a credential
+        raise ValueError("an endpoint is host:port, without user@ (credentials go in the upstream's auth)")
     host, port = split_host_port(value)
     if not host:
         raise ValueError(f"{value!r} has no host: expected host:port")

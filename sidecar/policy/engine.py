@@ -87,6 +87,11 @@ class EndpointPicker:
         """Attempt to ``endpoint`` ended with ``outcome`` (per-try timeouts included; cancelled attempts are
         not observed). For outlier detection; this base ignores it."""
 
+    def alternative(self, endpoint: str, candidates: Sequence[str] | None) -> bool:
+        """Is there an endpoint other than ``endpoint`` (among ``candidates``) that a retry could go to now?
+        The base does not know: no."""
+        return False
+
 
 class _Attempt:
     __slots__ = ("n", "endpoint", "expires", "whole", "done")
@@ -342,9 +347,11 @@ class Call:
             or self.committed == n  # its response is already on its way to the client
         ):
             self.deliverable = (n, outcome)
+        # A connect failure sent nothing: retried at once and for free, once, under A6's transparent retry
+        # or when another endpoint can take it (a dead endpoint must not cost the retry budget).
         transparent = (
-            policy.transparent_retry
-            and cls is C.CONNECT_FAILURE
+            cls is C.CONNECT_FAILURE
+            and (policy.transparent_retry or self.picker.alternative(a.endpoint, self.candidates))
             and not self.used_transparent
             and self.hedging is None
             and self.committed is None

@@ -127,6 +127,7 @@ class Metrics:
         self._meters: dict[tuple[str, str], Meters] = {}
         self._listeners: dict[str, ListenerMeters] = {}
         self._buckets: dict[tuple[str, str], Any] = {}
+        self._outliers: dict[str, Any] = {}
         self.registry.register(_Collector(self))
 
     def listener(self, name: str) -> ListenerMeters:
@@ -145,6 +146,12 @@ class Metrics:
     def watch_throttle(self, upstream: str, kind: str, bucket: Any) -> None:
         """Export ``bucket.tokens`` as ``sidecar_throttle_tokens{upstream,kind}`` (read at scrape time)."""
         self._buckets[(upstream, kind)] = bucket
+
+    def watch_outliers(self, upstream: str, balancer: Any) -> None:
+        """Export the ejections of ``balancer.outliers`` (read at scrape time):
+        ``sidecar_endpoint_ejected{upstream,endpoint}`` (1 while out of the rotation) for each of
+        ``balancer.endpoints``, and ``sidecar_ejections_total{upstream,reason}``."""
+        self._outliers[upstream] = balancer
 
     def families(self) -> Iterator[Metric]:
         lu = ["listener", "upstream"]
@@ -190,6 +197,27 @@ class Metrics:
         for (upstream, kind), bucket in sorted(self._buckets.items()):
             tokens.add_metric([upstream, kind], float(bucket.tokens))
         yield tokens
+        yield from self._outlier_families()
+
+    def _outlier_families(self) -> Iterator[Metric]:
+        ejected = GaugeMetricFamily(
+            "sidecar_endpoint_ejected",
+            "1 while outlier detection keeps the endpoint out of the rotation",
+            labels=["upstream", "endpoint"],
+        )
+        ejections = CounterMetricFamily(
+            "sidecar_ejections",
+            "Endpoints ejected by outlier detection, by reason",
+            labels=["upstream", "reason"],
+        )
+        for upstream, balancer in sorted(self._outliers.items()):
+            detector = balancer.outliers
+            for endpoint in balancer.endpoints:
+                ejected.add_metric([upstream, endpoint], 1.0 if endpoint in detector.ejected else 0.0)
+            for reason, n in sorted(detector.ejections.items()):
+                ejections.add_metric([upstream, reason], n)
+        yield ejected
+        yield ejections
 
 
 class _Collector(Collector):

@@ -1,12 +1,15 @@
-"""Endpoint choice: power of two choices by outstanding requests, avoiding overloaded endpoints.
+"""Endpoint choice: power of two choices by outstanding requests, avoiding overloaded and ejected endpoints.
 
 Pure: the clock (``now``) and randomness (``rand() -> [0, 1)``) come in as arguments.
 
 Endpoints are ranked, and the choice is made among the best rank only:
+  0. not ejected by outlier detection (``outlier.py``: it kept failing),
   1. not in the request's deprioritized set (it answered ``overloaded`` to this request),
   2. not in its overload cooldown (it answered ``overloaded`` to anyone in the last ``cooldown`` seconds),
   3. not yet tried by this request (hedges go to distinct endpoints; retries prefer a fresh one).
 So "retry elsewhere when anywhere else exists" holds, and with a single endpoint it is simply used.
+A request's first attempt goes to an ejected endpoint whose ejection time is up, once: the probe that
+returns it to the rotation (or ejects it again).
 """
 
 from __future__ import annotations
@@ -14,17 +17,23 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 
 from ..policy.engine import EndpointPicker
+from ..policy.outcome import OutcomeClass
+from .outlier import OutlierDetector, OutlierSpec
 
 Rand = Callable[[], float]
 
 
 class Balancer(EndpointPicker):
-    __slots__ = ("endpoints", "cooldown", "outstanding", "_penalized_until")
+    __slots__ = ("endpoints", "cooldown", "outstanding", "outliers", "_penalized_until")
 
-    def __init__(self, endpoints: Sequence[str], cooldown: float = 5.0) -> None:
+    def __init__(
+        self, endpoints: Sequence[str], cooldown: float = 5.0, outliers: OutlierSpec | None = None
+    ) -> None:
+        """``outliers``: eject endpoints that keep failing (``None``: never)."""
         self.endpoints: list[str] = list(endpoints)
         self.cooldown = cooldown
         self.outstanding: dict[str, int] = {e: 0 for e in self.endpoints}
+        self.outliers: OutlierDetector | None = OutlierDetector(outliers) if outliers is not None else None
         self._penalized_until: dict[str, float] = {}
 
     def set_endpoints(self, endpoints: Sequence[str]) -> None:
@@ -32,6 +41,8 @@ class Balancer(EndpointPicker):
         self.endpoints = list(endpoints)
         for e in self.endpoints:
             self.outstanding.setdefault(e, 0)
+        if self.outliers is not None:
+            self.outliers.forget(self.endpoints)
 
     # -- accounting, called by the engine -------------------------------------------------------------
     def started(self, endpoint: str) -> None:
@@ -44,6 +55,16 @@ class Balancer(EndpointPicker):
     def penalize(self, endpoint: str, now: float) -> None:
         if self.cooldown > 0:
             self._penalized_until[endpoint] = now + self.cooldown
+
+    def observe(self, endpoint: str, outcome: OutcomeClass, now: float) -> None:
+        od = self.outliers
+        if od is not None:
+            od.observe(endpoint, outcome, now, len(self.endpoints))
+
+    def alternative(self, endpoint: str, candidates: Sequence[str] | None) -> bool:
+        pool = self.endpoints if candidates is None else candidates
+        ejected = self.outliers.ejected if self.outliers is not None else {}
+        return any(e != endpoint and e not in ejected for e in pool)
 
     def penalized(self, endpoint: str, now: float) -> bool:
         until = self._penalized_until.get(endpoint)
@@ -69,12 +90,19 @@ class Balancer(EndpointPicker):
             return None
         if n == 1:
             return pool[0]
-        if avoid or deprioritized or self._penalized_until:
-            best_rank = 8
+        od = self.outliers
+        ejected = od.ejected if od is not None else None
+        if ejected and od is not None and not avoid:
+            probe = od.probe(now, pool)
+            if probe is not None:
+                return probe
+        if avoid or deprioritized or self._penalized_until or ejected:
+            best_rank = 16
             tier: list[str] = []
             for e in pool:
                 rank = (
-                    (4 if e in deprioritized else 0)
+                    (8 if ejected and e in ejected else 0)
+                    + (4 if e in deprioritized else 0)
                     + (2 if self.penalized(e, now) else 0)
                     + (1 if e in avoid else 0)
                 )
