@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from ...policy import EndpointPicker, OutcomeClass
+from ...policy import EndpointPicker
 from ...upstream.balancer import Balancer
 from .commands import ReadPreference
 from .members import Members, ServerState
@@ -166,7 +166,9 @@ class Topology:
 
 class TopologyPicker(EndpointPicker):
     """The engine's endpoint picker for one request: the topology says which servers fit, the balancer
-    ranks them. Fixed ``candidates`` (a pinned cursor or transaction) bypass the topology."""
+    ranks them. Fixed ``candidates`` (a pinned cursor or transaction) bypass the topology. Results are not
+    passed on to outlier detection (``observe``): the topology's monitoring already takes unusable members
+    out, and a replica set's primary cannot be ejected."""
 
     __slots__ = ("balancer", "eligible")
 
@@ -194,5 +196,3 @@ class TopologyPicker(EndpointPicker):
     def penalize(self, endpoint: str, now: float) -> None:
         self.balancer.penalize(endpoint, now)
 
-    def observe(self, endpoint: str, outcome: OutcomeClass, now: float) -> None:
-        self.balancer.observe(endpoint, outcome, now)
