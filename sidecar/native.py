@@ -56,7 +56,6 @@ SOURCES = (
     "sidecar/adapters/http/attempt.py",
     "sidecar/adapters/http/classify.py",
     "sidecar/adapters/http/connection.py",
-    "sidecar/adapters/http/forward.py",
     "sidecar/adapters/http/headers.py",
     "sidecar/adapters/http/plan.py",
     "sidecar/adapters/http/pushback.py",

@@ -24,7 +24,7 @@ from ...telemetry import RequestObserver
 from . import upstream
 from .classify import CONNECT_FAILURE, CONNECT_TIMEOUT
 from .plan import Plan
-from .request import IncomingRequest
+from .replay import RequestBody
 from .upstream import ConnectFailed, Pool, UpstreamConnection, UpstreamGone, UpstreamResponse
 
 C: Final = OutcomeClass
@@ -71,7 +71,8 @@ class Attempter(CallbackAttempter):
     __slots__ = (
         "loop",
         "plan",
-        "req",
+        "body",
+        "head_request",
         "obs",
         "base",
         "name_endpoint",
@@ -87,17 +88,20 @@ class Attempter(CallbackAttempter):
         self,
         loop: asyncio.AbstractEventLoop,
         plan: Plan,
-        req: IncomingRequest,
+        body: RequestBody | None,
+        head_request: bool,
         obs: RequestObserver,
         base: bytes,
         name_endpoint: bool,
         resend_ok: bool,
     ) -> None:
-        """``base``: the request head without the per-attempt lines and the final blank line;
+        """``body``: the request's (``None``: it has none); ``head_request``: a HEAD (its answer has no body);
+        ``base``: the request head without the per-attempt lines and the final blank line;
         ``name_endpoint``: ``base`` has no Host header, each attempt names its endpoint."""
         self.loop = loop
         self.plan = plan
-        self.req = req
+        self.body = body
+        self.head_request = head_request
         self.obs = obs
         self.base = base
         self.name_endpoint = name_endpoint
@@ -109,8 +113,8 @@ class Attempter(CallbackAttempter):
         self.exchange: Exchange | None = None
         self.more_exchanges: dict[int, Exchange] | None = None
         self.tasks: dict[int, asyncio.Task[None]] | None = None  # attempts waiting for a connection
-        if req.body is not None:
-            req.body.on_overflow = self.body_overflowed
+        if body is not None:
+            body.on_overflow = self.body_overflowed
 
     def body_overflowed(self) -> None:
         """The body outgrew the replay buffer: this attempt is the last."""
@@ -212,9 +216,8 @@ class Attempter(CallbackAttempter):
             if self.more_exchanges is None:
                 self.more_exchanges = {}
             self.more_exchanges[cmd.attempt] = ex
-        req = self.req
         try:
-            conn.start(b"".join(lines), req.body, req.head_request, cmd.attempt, ex)
+            conn.start(b"".join(lines), self.body, self.head_request, cmd.attempt, ex)
         except BaseException:
             self._forget(ex)
             conn.abort()
@@ -257,5 +260,5 @@ class Attempter(CallbackAttempter):
             self.more_exchanges.pop(ex.cmd.attempt, None)
 
     def _replayable(self) -> bool:
-        body = self.req.body
+        body = self.body
         return body is None or (body.replayable and not body.dropped)

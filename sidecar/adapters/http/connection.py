@@ -13,20 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import httptools
+from mypy_extensions import mypyc_attr
 
 from . import methods
 from .answer import encode, text
 from .headers import add_header, content_length
 from .replay import RequestBody
-from .request import IncomingRequest, refused
+from .request import ClientConnection, Forwarder, Forwarding, IncomingRequest, refused
 from .upstream import UpstreamResponse
-
-if TYPE_CHECKING:
-    from .forward import Forwarding
-    from .server import HttpListener
 
 log: Final = logging.getLogger("sidecar.http")
 
@@ -39,7 +36,29 @@ class _HeadTooLarge(Exception):
     pass
 
 
-class ServerConnection:  # an asyncio.Protocol by its methods (a plain class compiles native)
+@mypyc_attr(allow_interpreted_subclasses=True)
+class ConnectionOwner:
+    """What a client connection needs of its listener (``server.HttpListener``)."""
+
+    forwarder: Forwarder  # swapped by a config reload: each request takes the one current when it begins
+    replay_limit: int
+    max_header_size: int
+    stopping: bool
+
+    def connection_opened(self, conn: ServerConnection) -> None:
+        raise NotImplementedError
+
+    def connection_closed(self, conn: ServerConnection) -> None:
+        raise NotImplementedError
+
+    def connection_idle(self, conn: ServerConnection) -> None:
+        raise NotImplementedError
+
+    def refused(self, status: int) -> None:
+        raise NotImplementedError
+
+
+class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods (compiles native)
     __slots__ = (
         "listener",
         "loop",
@@ -67,11 +86,9 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         "ext_method",
     )
 
-    def __init__(self, listener: HttpListener) -> None:
+    def __init__(self, listener: ConnectionOwner, loop: asyncio.AbstractEventLoop) -> None:
         self.listener = listener
-        self.max_header_size = listener.config.max_header_size
-        loop = listener.loop
-        assert loop is not None  # connections come once the listener started
+        self.max_header_size = listener.max_header_size
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
@@ -100,7 +117,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.client_ip = (peer[0] if peer else "").encode("latin-1")
-        self.listener.connections.add(self)
+        self.listener.connection_opened(self)
         if self.listener.stopping:
             self.closing = True
             transport.close()
@@ -170,7 +187,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         self.eof = True
         queue = self.queue
         if self.current is not None or (queue and not queue[-1].body_complete):
-            self._abort()
+            self.drop()
             return False
         if not queue:
             self.closing = True
@@ -180,7 +197,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.closing = True
-        self.listener.connections.discard(self)
+        self.listener.connection_closed(self)
         active, self.active = self.active, None
         self.streaming = self.stream_owner = None
         if active is not None:
@@ -287,7 +304,7 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         self.listener.refused(status)
         if req is not None and req in self.queue:
             # The head was fine and forwarding began; its body is broken: nothing sane can follow.
-            self._abort()
+            self.drop()
             return
         self._enqueue(refused(self.loop.time(), status, message))
         if not self.busy:
@@ -308,7 +325,8 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         if rest:
             self.data_received(rest)
 
-    def _abort(self) -> None:
+    def drop(self) -> None:
+        """Drop the connection at once (its client sees a reset)."""
         self.closing = True
         if self.transport is not None:
             self.transport.abort()
@@ -390,7 +408,34 @@ class ServerConnection:  # an asyncio.Protocol by its methods (a plain class com
         """Something went wrong answering ``req``: drop the connection (its client sees it closed)."""
         self.active = None
         self.busy = False
-        self._abort()
+        self.drop()
+
+    def answering(self, fwd: Forwarding) -> None:
+        self.active = fwd
+
+    def close_after_answer(self) -> None:
+        self.closing = True
+
+    def sweep(self, now: float, idle_timeout: float, body_timeout: float) -> None:
+        """The listener's periodic look: a stalled request body, a head or an idle connection past its time,
+        an upstream response that stopped coming."""
+        idle = now - self.last_activity
+        active = self.active
+        # a body stalled by the client (not by the sidecar's own flow control: reading paused), and no
+        # answer on its way to it (an upstream may answer before the body is complete)
+        if idle > body_timeout and active is not None and not self.read_paused_by and self.streaming is None:
+            body = active.req.body
+            if body is not None and not body.complete:
+                active.body_stalled(body_timeout)
+                return
+        if idle <= idle_timeout:
+            return
+        if not self.busy and self.current is None:
+            self.close()  # idle keep-alive connection
+        elif self.current is not None and self.current not in self.queue and not self.busy:
+            self._refuse(408, f"request head not received within idle_timeout ({idle_timeout:g}s)")
+        elif self.streaming is not None:
+            self.streaming.failed("no data from the upstream within idle_timeout")
 
     def keep_alive_after(self, req: IncomingRequest) -> bool:
         """May this connection carry another request after ``req``'s answer?"""

@@ -1,11 +1,52 @@
-"""A request as the listener read it: method, target, version, headers in order, and its body (if any)."""
+"""One request: what the listener read of it (:class:`IncomingRequest`), and forwarding it: route it, set it
+up (``Services.begin_request``: its deadline, telemetry and engine call), let the engine drive the attempts
+(``attempt.py``), answer.
+
+The request head sent upstream is built once per request (hop-by-hop headers dropped, ``X-Forwarded-For``
+and ``-Proto`` added, the body's framing restated) and completed per attempt (``attempt.py``). The answer
+follows the engine's finish (see ``answer.py``): the chosen upstream response is streamed to the client
+as it arrives, or the sidecar answers itself.
+
+All of it runs in protocol callbacks: :meth:`Forwarder.begin` starts a request's :class:`~sidecar.runtime.Driver`
+and returns; the driver calls :meth:`Forwarding.finished` when the engine is done, from whichever callback
+brought the last event; the connection hears ``request_done`` once the answer is complete.
+"""
 
 from __future__ import annotations
 
-from typing import Final
+import asyncio
+import logging
+import math
+from typing import Any, Final
 
-from .headers import Headers
+import httptools
+from mypy_extensions import mypyc_attr
+
+from ...config.schema import HttpListenerConfig
+from ...config.units import split_host_port
+from ...policy import Finish, Reason
+from ...policy.deadline import parse_timeout_ms
+from ...runtime import CallOwner, Driver
+from ...services import Services
+from ...telemetry import RequestObserver
+from ...timers import Timers, timers_for
+from .answer import Answer, encode, for_finish, text
+from .attempt import Attempter
+from .headers import Headers, find_header, request_head, response_head
+from .plan import Plan
 from .replay import RequestBody
+from .routing import Router, Target, split_host
+from .upstream import Pool, UpstreamResponse
+
+log: Final = logging.getLogger("sidecar.http")
+INF: Final = math.inf
+_LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
+_CANCELLED: Final = Reason.CANCELLED  # constants: compiled, an enum member is an attribute lookup
+_DEADLINE: Final = Reason.DEADLINE
+_METHODS: Final = {
+    m: m.decode() for m in (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE")
+}
+
 
 IDEMPOTENT: Final = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
 
@@ -55,3 +96,374 @@ def refused(began: float, status: int, message: str) -> IncomingRequest:
     r.refusal = (status, message)
     r.keep_alive = False
     return r
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class ClientConnection:
+    """What a request asks of the client connection it came on (``connection.ServerConnection``): a narrow
+    interface, so that the request never touches the connection's state and the two modules do not import
+    each other."""
+
+    loop: asyncio.AbstractEventLoop
+    client_ip: bytes
+    last_activity: float  # the loop time the callback that got here read
+
+    def answering(self, fwd: Forwarding) -> None:
+        """``fwd`` is the request being answered now (the connection tells it if the client goes away)."""
+        raise NotImplementedError
+
+    def keep_alive_after(self, req: IncomingRequest) -> bool:
+        """May the connection carry another request after ``req``'s answer?"""
+        raise NotImplementedError
+
+    def close_after_answer(self) -> None:
+        """Close once the answer being written is out (``Connection: close`` was or will be said)."""
+        raise NotImplementedError
+
+    def write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def stream(self, resp: UpstreamResponse, chunked: bool, owner: Forwarding) -> None:
+        """Write ``resp``'s body as it comes; ``owner.stream_over(resp, ok)`` follows."""
+        raise NotImplementedError
+
+    def request_done(self, req: IncomingRequest) -> None:
+        """``req`` is answered (or given up): on to the next one, or close."""
+        raise NotImplementedError
+
+    def abort_request(self, req: IncomingRequest) -> None:
+        """Something went wrong answering ``req``: drop the connection."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Forwarder:
+    def __init__(self, config: HttpListenerConfig, services: Services) -> None:
+        self.name = config.name
+        self.services = services
+        self.telemetry = services.telemetry
+        self.tracing = services.telemetry.tracer is not None
+        self.rejected = services.telemetry.metrics.listener(config.name)
+        self.loop: asyncio.AbstractEventLoop | None = None  # set by bind()
+        self.timers: Timers | None = None
+        self.host, self.port = split_host_port(config.listen)
+        self.router = Router(config, services.config.upstreams)
+        self.pools: dict[str, dict[str, Pool]] = {}
+        self.plans: dict[int, Plan] = {}  # by id(target): the router's targets are a fixed set
+        self._self_hosts: dict[bytes, bool] = {}
+        self.is_self = self._is_self  # bound once, not per request
+        self._last_target: Target | None = None
+        self._last_plan: Plan | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop, address: tuple[str, int]) -> None:
+        """The listener is serving at ``address`` (its real port, when the config said 0) on ``loop``."""
+        self.loop = loop
+        self.timers = timers_for(loop)
+        self.host, self.port = address
+        self._self_hosts.clear()
+
+    def plan(self, target: Target) -> Plan:
+        plan = self.plans.get(id(target))
+        if plan is None:
+            pools = self.pools.setdefault(target.upstream, {})
+            plan = Plan(
+                self.services.policy(target.policy),
+                self.services.upstream(target.upstream),
+                target.retry_non_idempotent,
+                pools,
+                self.telemetry.metrics.meters(self.name, target.upstream),
+            )
+            self.plans[id(target)] = plan
+        return plan
+
+    def all_pools(self) -> list[Pool]:
+        return [p for pools in self.pools.values() for p in pools.values()]
+
+    # -- one request -----------------------------------------------------------------------------------
+    def begin(self, req: IncomingRequest, conn: ClientConnection) -> None:
+        """Start forwarding ``req``; ``conn.request_done(req)`` follows once it is answered (perhaps at once)."""
+        url = req.url
+        authority: bytes | None = None
+        if (url and url[0] == 47) or url == b"*":  # origin-form ("/..."; url[0] is an int, no slice made)
+            target_url = url
+            if self.router.routes:
+                host = find_header(req.headers, b"host")
+                path = url.partition(b"?")[0].decode("latin-1")
+                target = self.router.route(host.decode("latin-1") if host else None, path)
+            else:
+                target = self.router.fallback
+        else:
+            try:
+                u: Any = httptools.parse_url(url)  # its fields may be None, whatever its stubs say
+            except httptools.HttpParserInvalidURLError:
+                return self._refuse(req, conn, 400, "malformed request target")
+            if not u.schema or u.schema.lower() != b"http" or not u.host:  # RFC 9110 4.2.3: any case
+                return self._refuse(req, conn, 403, "only http:// targets can be proxied")
+            port = u.port or 80
+            hostname = u.host.decode("latin-1")
+            path = (u.path or b"/").decode("latin-1")
+            found = self.router.proxy(hostname, port, path)
+            if found is None:
+                return self._refuse(
+                    req,
+                    conn,
+                    403,
+                    f"no upstream named or reached at {hostname}:{port}: the sidecar is not an open proxy",
+                )
+            target = found
+            target_url = (u.path or b"/") + (b"?" + u.query if u.query else b"")
+            authority = u.host if u.port is None else b"%s:%d" % (u.host, u.port)
+        last = self._last_plan
+        if target is self._last_target and last is not None:  # most requests go where the one before went
+            plan = last
+        else:
+            plan = self.plans.get(id(target)) or self.plan(target)
+            self._last_target, self._last_plan = target, plan
+        body = req.body
+        rh = request_head(
+            req.method,
+            target_url,
+            req.headers,
+            client_ip=conn.client_ip,
+            deadline_header=plan.deadline_lname,
+            body_length=(0 if req.zero_length else None) if body is None else body.length,
+            chunked=body is not None and body.chunked,
+            authority=authority,
+            is_self=self.is_self,
+            replace_trace=self.tracing,
+        )
+        timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None
+        deadline = req.began + timeout if timeout is not None else INF  # the client's, from arrival
+        method = "GET" if req.method == b"GET" else _METHODS.get(req.method) or req.method.decode("latin-1")
+        attrs: dict[str, str | int] | None = None
+        if self.tracing:  # span attributes cost only when there are spans
+            attrs = {
+                "http.request.method": method,
+                "url.path": target_url.partition(b"?")[0].decode("latin-1"),
+                "url.scheme": "http",
+            }
+            host = rh.client_host if authority is None else authority
+            if host:
+                h, p = split_host(host.decode("latin-1"))
+                attrs["server.address"] = h
+                if p is not None:
+                    attrs["server.port"] = p
+        obs = self.telemetry.request(
+            listener=self.name,
+            upstream=plan.upstream_name,
+            protocol="http",
+            name=method,
+            attributes=attrs,
+            parent=rh.trace,
+            meters=plan.meters,
+        )
+        if timeout is not None:
+            obs.deadline_received(timeout)
+        idempotent = req.idempotent
+        may_retry = idempotent or plan.retry_non_idempotent
+        if body is not None:
+            body.restrict(plan.replay_limit)
+        replayable = body is None or body.replayable
+        if not replayable:
+            obs.buffer_exceeded()
+        # Envoy's rule: the per-try timeout and the sidecar's own deadline start once the whole request is
+        # upstream; an upload still arriving is not the upstream's time (the client's deadline still counts).
+        complete = body is None or body.complete
+        call = self.services.new_call(
+            plan.policy,
+            plan.upstream,
+            deadline=deadline,
+            default_timeout=plan.default_deadline,
+            retry_on=None if may_retry else plan.connect_only,
+            replayable=replayable,
+            request_complete=complete,
+        )
+        attempter = Attempter(conn.loop, plan, body, req.head_request, obs, rh.head, rh.host is None, may_retry)
+        fwd = Forwarding(self, req, conn, obs, attempter)
+        if not complete:
+            assert body is not None
+            body.on_complete = fwd.body_complete
+        conn.answering(fwd)
+        timers = self.timers
+        if timers is None:
+            timers = self.timers = timers_for(conn.loop)
+        fwd.driver = Driver(call, attempter, obs, fwd, conn.loop, timers)
+        # conn.last_activity: the loop time read by the callback that got here (data_received, or
+        # request_done for a pipelined request), as loop.time() would say again
+        fwd.driver.start(conn.last_activity)
+
+    def _is_self(self, host: bytes) -> bool:
+        """Does ``Host`` name the sidecar itself (``127.0.0.1:15001``)? Then the upstream is told its own
+        name instead; any other Host (a virtual host the app means) is passed on."""
+        known = self._self_hosts.get(host)
+        if known is None:
+            h, port = split_host(host.decode("latin-1"))
+            known = (
+                h in _LOOPBACK or h == self.host.lower() and port in (None, self.port)
+            )
+            if len(self._self_hosts) < 1024:
+                self._self_hosts[host] = known
+        return known
+
+    def _refuse(self, req: IncomingRequest, conn: ClientConnection, status: int, message: str) -> None:
+        self.rejected.reject(str(status))
+        write_answer(req, conn, text(status, message))
+        conn.request_done(req)
+
+
+def write_answer(req: IncomingRequest, conn: ClientConnection, answer: Answer) -> None:
+    """Write the sidecar's own ``answer`` to ``req`` (what is left of its body is discarded)."""
+    keep = conn.keep_alive_after(req)
+    if not keep:
+        conn.close_after_answer()
+    if req.body is not None and not req.body.complete:
+        req.body.discard()
+    conn.write(encode(answer, keep, head_only=req.head_request))
+
+
+class Forwarding(CallOwner):
+    """One request between ``begin`` and its complete answer."""
+
+    __slots__ = ("forwarder", "req", "conn", "obs", "attempter", "driver", "response", "stalled")
+
+    def __init__(
+        self,
+        forwarder: Forwarder,
+        req: IncomingRequest,
+        conn: ClientConnection,
+        obs: RequestObserver,
+        attempter: Attempter,
+    ) -> None:
+        self.forwarder = forwarder
+        self.req = req
+        self.conn = conn
+        self.obs = obs
+        self.attempter = attempter
+        self.driver: Driver | None = None
+        self.response: UpstreamResponse | None = None  # being streamed to the client
+        self.stalled = 0.0  # the request body stalled for this many seconds: answered 408
+
+    def _over(self) -> None:
+        """The answer is complete: on to the connection's next request. The references that tie this
+        request's objects into cycles are dropped, so they are freed at once rather than by the collector."""
+        self.driver = None
+        self.attempter.ctx = None
+        self.conn.request_done(self.req)
+
+    def body_complete(self) -> None:
+        """The client's whole body has arrived and gone to the attempts in flight: their clocks start."""
+        driver = self.driver
+        if driver is not None and driver.finish is None:
+            driver.request_complete()
+
+    def body_stalled(self, timeout: float) -> None:
+        """Nothing of the request body came for ``request_body_timeout``: abandon the attempts, answer 408,
+        close (the rest of the body will not be read)."""
+        driver = self.driver
+        if driver is None or driver.finish is not None:
+            self.conn.close()  # answered already: the connection cannot carry another request
+            return
+        self.stalled = timeout
+        driver.client_gone()  # -> finished(cancelled), answered 408 there
+
+    def client_gone(self) -> None:
+        """The client disconnected: stop the attempts, or the response being streamed."""
+        if self.driver is not None and self.driver.finish is None:
+            self.driver.client_gone()  # -> finished(cancelled)
+            return
+        resp, self.response = self.response, None
+        if resp is not None:
+            resp.pipe = None  # what the upstream connection says as it is dropped is not news
+            resp.abort()
+            log.info("client went away before its response was complete")
+            self.obs.end("client went away")
+
+    def finished(self, finish: Finish, payload: Any) -> None:
+        """The engine is done: answer the client (the chosen upstream response, or the sidecar's own)."""
+        try:
+            self._answer(finish, payload)
+        except Exception:
+            log.exception("answering a request failed")
+            self.obs.end("internal error")
+            self.conn.abort_request(self.req)
+
+    def _answer(self, finish: Finish, payload: UpstreamResponse | None) -> None:
+        req, conn, obs = self.req, self.conn, self.obs
+        if finish.reason is _CANCELLED:
+            if payload is not None:
+                self.attempter.discard(payload)
+            if self.stalled:
+                why = f"request body stalled for request_body_timeout ({self.stalled:g}s)"
+                self.forwarder.rejected.reject("408")
+                conn.close_after_answer()
+                write_answer(req, conn, text(408, why))
+                obs.set_attribute("http.response.status_code", 408)
+                obs.end(why)
+            else:
+                obs.end("client went away")
+            self._over()
+            return
+        resp = payload
+        expired = finish.outcome is not None and finish.outcome.deadline_expired
+        if resp is not None and (finish.reason is _DEADLINE or expired) and not finish.own_deadline:
+            # The client's deadline: nobody waits for it any more, or the upstream said it ran out of time:
+            # never a body to pass on. (Without a client deadline, the upstream's answer is delivered as is.)
+            self.attempter.discard(resp)
+            resp = None
+        if resp is None:
+            answer = for_finish(finish, self.attempter.plan.expired_status)
+            if answer is not None:
+                write_answer(req, conn, answer)
+                obs.set_attribute("http.response.status_code", answer.status)
+            obs.end(None if answer is None or answer.status < 500 else answer.body.decode().strip())
+            self._over()
+            return
+        obs.set_attribute("http.response.status_code", resp.status)
+        self._deliver(resp)
+
+    def _deliver(self, resp: UpstreamResponse) -> None:
+        """Write the chosen response: its head and what arrived of its body at once, then the rest as it
+        comes (``stream_over`` follows)."""
+        req, conn = self.req, self.conn
+        with_body = not (resp.no_body or req.head_request)
+        lines, chunked, keep = response_head(
+            resp.status,
+            resp.reason,
+            resp.headers,
+            length=resp.length,
+            with_body=with_body,
+            client_version=req.version,
+            keep_alive=conn.keep_alive_after(req),
+        )
+        if not keep:
+            conn.close_after_answer()
+        if not with_body:
+            conn.write(b"".join(lines))
+            resp.release()
+            self.obs.end(None)
+            self._over()
+            return
+        for chunk in resp.take_held():
+            if chunked:
+                lines += (b"%x\r\n" % len(chunk), chunk, b"\r\n")
+            else:
+                lines.append(chunk)
+        if resp.complete or resp.error is not None:
+            if chunked and resp.complete:
+                lines.append(b"0\r\n\r\n")
+            conn.write(b"".join(lines))
+            self.stream_over(resp, resp.error is None)
+            return
+        conn.write(b"".join(lines))
+        self.response = resp
+        conn.stream(resp, chunked, self)
+
+    def stream_over(self, resp: UpstreamResponse, ok: bool) -> None:
+        """The response went out whole (``ok``) or broke off."""
+        self.response = None
+        resp.release()
+        if not ok:
+            self.conn.close()
+        self.obs.end(None if ok else "upstream response broke off")
+        self._over()

@@ -1,5 +1,5 @@
-"""The HTTP listener: accepts client connections (``connection.py``), forwards their requests
-(``forward.py``), drains on stop, and sweeps idle connections (clients and pooled upstream ones)."""
+"""The HTTP listener: accepts client connections (``connection.py``), hands their requests to the forwarder
+(``request.py``), drains on stop, and sweeps idle connections (clients and pooled upstream ones)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any, Final
 from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
 from ...services import Services
-from .connection import ServerConnection
-from .forward import Forwarder
+from .connection import ConnectionOwner, ServerConnection
 from .plan import DEFAULT_REPLAY_BUFFER
+from .request import Forwarder
 
 log: Final = logging.getLogger("sidecar.http")
 
@@ -21,7 +21,7 @@ POOL_IDLE_TIMEOUT: Final = 30.0
 SWEEP_EVERY: Final = 1.0
 
 
-class HttpListener:
+class HttpListener(ConnectionOwner):
     def __init__(self, config: HttpListenerConfig, services: Services) -> None:
         self.name = config.name
         self.config = config
@@ -34,8 +34,9 @@ class HttpListener:
         self._sweeper: asyncio.TimerHandle | None = None
         self._drained: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
-        self.forwarder = Forwarder(self, services)
+        self.forwarder = Forwarder(config, services)
         self.replay_limit = _replay_limit(config, services)
+        self.max_header_size = config.max_header_size
         self._rejected = services.telemetry.metrics.listener(config.name)
 
     @property
@@ -49,7 +50,9 @@ class HttpListener:
         old = self.forwarder
         self.config = config
         self.services = services
-        forwarder = Forwarder(self, services)
+        forwarder = Forwarder(config, services)
+        if self.loop is not None:
+            forwarder.bind(self.loop, self._address)
         for upstream, pools in old.pools.items():
             if services.upstreams.get(upstream) is old.services.upstreams.get(upstream):
                 forwarder.pools[upstream] = pools
@@ -58,12 +61,13 @@ class HttpListener:
                     pool.close()
         self.forwarder = forwarder
         self.replay_limit = _replay_limit(config, services)
+        self.max_header_size = config.max_header_size
 
     async def start(self) -> None:
         loop = self.loop = asyncio.get_running_loop()
 
         def connection() -> Any:  # an asyncio protocol by its methods, not by inheritance
-            return ServerConnection(self)
+            return ServerConnection(self, loop)
 
         # Any: uvloop's Server.sockets is a list where the stubs say tuple (compiled code checks).
         server: Any = await loop.create_server(
@@ -71,6 +75,7 @@ class HttpListener:
         )
         self.server = server
         self._address = tuple(server.sockets[0].getsockname()[:2])
+        self.forwarder.bind(loop, self._address)
         self._sweeper = loop.call_later(SWEEP_EVERY, self._sweep)
 
     async def stop(self, grace: float) -> None:
@@ -79,7 +84,7 @@ class HttpListener:
         if self.server is not None:
             self.server.close()
         for conn in list(self.connections):
-            conn.closing = True
+            conn.close_after_answer()
             if not conn.busy:
                 conn.close()
         busy = [c for c in self.connections if c.busy]
@@ -96,7 +101,7 @@ class HttpListener:
                     grace,
                 )
         for conn in list(self.connections):
-            conn._abort()
+            conn.drop()
         for pool in self.forwarder.all_pools():
             pool.close()
         if self._sweeper is not None:
@@ -104,7 +109,13 @@ class HttpListener:
         if self.server is not None:
             await self.server.wait_closed()
 
-    # -- from connections ------------------------------------------------------------------------------
+    # -- from connections (connection.ConnectionOwner) ------------------------------------------------
+    def connection_opened(self, conn: ServerConnection) -> None:
+        self.connections.add(conn)
+
+    def connection_closed(self, conn: ServerConnection) -> None:
+        self.connections.discard(conn)
+
     def connection_idle(self, conn: ServerConnection) -> None:
         if self._drained is not None and not any(c.busy for c in self.connections):
             self._drained.set()
@@ -119,27 +130,7 @@ class HttpListener:
         idle_timeout = self.config.idle_timeout
         body_timeout = self.config.request_body_timeout
         for conn in list(self.connections):
-            idle = now - conn.last_activity
-            # a body stalled by the client (not by the sidecar's own flow control: reading paused), and no
-            # answer on its way to it (an upstream may answer before the body is complete)
-            if (
-                idle > body_timeout
-                and conn.active is not None
-                and not conn.read_paused_by
-                and conn.streaming is None
-            ):
-                req = conn.active.req
-                if req.body is not None and not req.body.complete:
-                    conn.active.body_stalled(body_timeout)
-                    continue
-            if idle <= idle_timeout:
-                continue
-            if not conn.busy and conn.current is None:
-                conn.close()  # idle keep-alive connection
-            elif conn.current is not None and conn.current not in conn.queue and not conn.busy:
-                conn._refuse(408, f"request head not received within idle_timeout ({idle_timeout:g}s)")
-            elif conn.streaming is not None:
-                conn.streaming.failed("no data from the upstream within idle_timeout")
+            conn.sweep(now, idle_timeout, body_timeout)
         for pool in self.forwarder.all_pools():
             pool.sweep(now, min(POOL_IDLE_TIMEOUT, idle_timeout))
         self._sweeper = loop.call_later(SWEEP_EVERY, self._sweep)
