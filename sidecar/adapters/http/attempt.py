@@ -18,17 +18,16 @@ import time
 from collections.abc import Coroutine
 from typing import Any, Final
 
-from ...policy import Outcome, OutcomeClass, SendAttempt, deadline
+from ...policy import SendAttempt, deadline
 from ...runtime import AttemptContext, AttemptResult, CallbackAttempter
 from ...telemetry import RequestObserver
 from . import upstream
-from .classify import CONNECT_FAILURE, CONNECT_TIMEOUT
+from .classify import NO_TIME, connect_failure, reset
 from .plan import Plan
 from .replay import RequestBody
 from .upstream import ConnectFailed, Pool, UpstreamConnection, UpstreamGone, UpstreamResponse
 
-C: Final = OutcomeClass
-NO_TIME_LEFT: Final = AttemptResult(Outcome(C.TIMEOUT, detail="no time left to send"))
+NO_TIME_LEFT: Final = AttemptResult(NO_TIME)
 INF: Final = math.inf
 timeout_ms: Final = deadline.timeout_ms
 _wall_clock: Final = time.time
@@ -172,8 +171,7 @@ class Attempter(CallbackAttempter):
                 conn, reused = await pool.acquire()
         except ConnectFailed as e:
             self._task_over(n)
-            base = CONNECT_TIMEOUT if e.timeout else CONNECT_FAILURE
-            ctx.done(AttemptResult(Outcome(base.cls, detail=e.detail)))
+            ctx.done(AttemptResult(connect_failure(e.detail)))
             return
         if not self._task_over(n):  # cancelled just as the connection came
             pool.release(conn)
@@ -244,7 +242,7 @@ class Attempter(CallbackAttempter):
             # The pooled connection had gone stale (closed by the upstream while idle): once more, on a new one.
             self._in_task(n, self._connect(ex.cmd, ex.ctx, ex.pool, ex.expires, fresh=True))
             return
-        ex.ctx.done(AttemptResult(Outcome(C.RESET, detail=error.detail)))
+        ex.ctx.done(AttemptResult(reset(error.detail)))
 
     def _waiting(self, n: int) -> Exchange | None:
         """Attempt ``n``'s exchange, if it still waits for its response head."""

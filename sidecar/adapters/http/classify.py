@@ -17,16 +17,12 @@ from typing import Final
 
 from ...config import PolicyConfig
 from ...policy import Outcome, OutcomeClass
-from .headers import DEADLINE_EXPIRED_HEADER, Headers
+from .headers import DEADLINE_EXPIRED_HEADER, STRIDE, VALUE, Headers
 from .pushback import pushback
 
 C: Final = OutcomeClass
 _RETRY_AFTER: Final = b"retry-after"
 
-#: The outcomes of transport failures, shared (they carry no per-response facts).
-CONNECT_FAILURE: Final = Outcome(C.CONNECT_FAILURE, detail="connect failed")
-CONNECT_TIMEOUT: Final = Outcome(C.CONNECT_FAILURE, detail="connect timeout")
-RESET: Final = Outcome(C.RESET, detail="connection reset before the response")
 _SUCCESS_BY_STATUS: Final[dict[int, Outcome]] = {}
 
 
@@ -55,9 +51,9 @@ class HttpClassifier:
         retry_after = millis = None
         expired = False
         pb_name = self.pushback_header
-        for i in range(0, len(headers), 3):
+        for i in range(0, len(headers), STRIDE):
             low = headers[i]
-            value = headers[i + 2]
+            value = headers[i + VALUE]
             if low == _RETRY_AFTER:
                 retry_after = value
             elif low == DEADLINE_EXPIRED_HEADER and value.strip():
@@ -79,8 +75,8 @@ class HttpClassifier:
 
 
 def _deadline_expired(headers: Headers) -> bool:
-    for i in range(0, len(headers), 3):
-        if headers[i] == DEADLINE_EXPIRED_HEADER and headers[i + 2].strip():
+    for i in range(0, len(headers), STRIDE):
+        if headers[i] == DEADLINE_EXPIRED_HEADER and headers[i + VALUE].strip():
             return True
     return False
 
@@ -90,3 +86,18 @@ def _success(status: int) -> Outcome:
     if o is None:
         o = _SUCCESS_BY_STATUS[status] = Outcome(C.SUCCESS, detail=str(status))
     return o
+
+
+# -- transport failures -----------------------------------------------------------------------------------
+#: The deadline had passed by the time the request could be written: a timeout, nothing was sent.
+NO_TIME: Final = Outcome(C.TIMEOUT, detail="no time left to send")
+
+
+def connect_failure(detail: str) -> Outcome:
+    """No connection could be made (refused, DNS, connect timeout): nothing reached the upstream."""
+    return Outcome(C.CONNECT_FAILURE, detail=detail or "connect failed")
+
+
+def reset(detail: str) -> Outcome:
+    """The connection broke before any byte of the response (after the request, or part of it, went out)."""
+    return Outcome(C.RESET, detail=detail or "connection reset before the response")

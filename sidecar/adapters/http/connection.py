@@ -20,7 +20,7 @@ from mypy_extensions import mypyc_attr
 
 from . import methods
 from .answer import encode, text
-from .headers import add_header, content_length
+from .headers import STRIDE, VALUE, add_header, content_length
 from .replay import RequestBody
 from .request import ClientConnection, Forwarder, Forwarding, IncomingRequest, refused
 from .upstream import UpstreamResponse
@@ -256,17 +256,17 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         expect = False
         connection = False
         headers = req.headers
-        for i in range(0, len(headers), 3):
+        for i in range(0, len(headers), STRIDE):
             n = headers[i]
             if n == b"content-length":
-                length = content_length(headers[i + 2])
+                length = content_length(headers[i + VALUE])
                 if length == 0:
                     req.zero_length = True  # RFC 9112 6.3: kept, some servers (nginx) want a length
             elif n == b"transfer-encoding":
-                if b"chunked" in headers[i + 2].lower():
+                if b"chunked" in headers[i + VALUE].lower():
                     length = None
             elif n == b"expect":
-                expect = headers[i + 2].strip().lower() == b"100-continue"
+                expect = headers[i + VALUE].strip().lower() == b"100-continue"
             elif n == b"connection":
                 connection = True
         # Kept alive with no Connection header is HTTP/1.1 (1.0 needs ``Connection: keep-alive``); only

@@ -10,9 +10,14 @@ from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from typing import Final
 
-#: Headers in the order they came, flat: each header is three entries (lowercased name, name as received,
-#: value), so that names are lowered once and no tuple is made per header. Walk with ``range(0, len, 3)``.
+#: Headers in the order they came, flat: each header is ``STRIDE`` entries (lowercased name, name as received,
+#: value), so that names are lowered once and no tuple is made per header. Walk them with
+#: ``for i in range(0, len(headers), STRIDE)`` and read ``headers[i]`` (the lowered name),
+#: ``headers[i + NAME]`` and ``headers[i + VALUE]``: never a bare offset.
 Headers = list[bytes]
+NAME: Final = 1  # the name as received
+VALUE: Final = 2
+STRIDE: Final = 3
 
 #: RFC 9110 7.6.1 connection-specific fields, plus the legacy ones proxies still meet.
 HOP_BY_HOP: Final = frozenset(
@@ -99,18 +104,18 @@ def header_list(pairs: Iterable[tuple[bytes, bytes]]) -> Headers:
 
 def find_header(headers: Headers, lname: bytes) -> bytes | None:
     """The value of the first header named ``lname`` (lowercase)."""
-    for i in range(0, len(headers), 3):
+    for i in range(0, len(headers), STRIDE):
         if headers[i] == lname:
-            return headers[i + 2]
+            return headers[i + VALUE]
     return None
 
 
 def connection_tokens(headers: Headers) -> frozenset[bytes]:
     """The lowercased options of every ``Connection`` header (``close``, ``keep-alive``, header names)."""
     out: set[bytes] = set()
-    for i in range(0, len(headers), 3):
+    for i in range(0, len(headers), STRIDE):
         if headers[i] == b"connection":
-            value = headers[i + 2]
+            value = headers[i + VALUE]
             plain = _PLAIN_CONNECTION.get(value)
             if plain is not None:
                 out.add(plain)
@@ -122,8 +127,8 @@ def connection_tokens(headers: Headers) -> frozenset[bytes]:
 def _nominated(headers: Headers) -> frozenset[bytes] | None:
     """The header names that ``Connection`` headers nominate as hop-by-hop; ``None`` for none (the usual
     ``Connection: keep-alive`` or ``close`` names no header, so no set is built for it)."""
-    for i in range(0, len(headers), 3):
-        if headers[i] == b"connection" and headers[i + 2] not in _PLAIN_CONNECTION:
+    for i in range(0, len(headers), STRIDE):
+        if headers[i] == b"connection" and headers[i + VALUE] not in _PLAIN_CONNECTION:
             return connection_tokens(headers)
     return None
 
@@ -196,9 +201,9 @@ def request_head(
     trace: dict[str, str] | None = None
     xff: list[bytes] | None = None  # earlier proxies' X-Forwarded-For values
     proto = False
-    for i in range(0, len(headers), 3):
+    for i in range(0, len(headers), STRIDE):
         low = headers[i]
-        value = headers[i + 2]
+        value = headers[i + VALUE]
         if low in drop:
             if low == b"host":
                 if client_host is None:
@@ -216,7 +221,7 @@ def request_head(
             continue
         if low == b"x-forwarded-proto":
             proto = True
-        _line(lines, headers[i + 1], value)
+        _line(lines, headers[i + NAME], value)
     if authority is not None:
         host = authority
     elif client_host is not None and not is_self(client_host):
@@ -280,11 +285,11 @@ def response_head(
     chunked to an HTTP/1.1 client, and to an HTTP/1.0 client ends with the connection."""
     lines = [_status_line(status, reason)]
     nominated = _nominated(headers)
-    for i in range(0, len(headers), 3):
+    for i in range(0, len(headers), STRIDE):
         low = headers[i]
         if low in HOP_BY_HOP or (nominated is not None and low in nominated):
             continue
-        _line(lines, headers[i + 1], headers[i + 2])
+        _line(lines, headers[i + NAME], headers[i + VALUE])
     chunked = False
     if with_body and length is None:
         if client_version == "1.1":

@@ -26,7 +26,6 @@ class Plan:
         "deadline_name",
         "deadline_prefix",
         "expired_status",
-        "default_deadline",
         "retry_non_idempotent",
         "connect_only",
         "replay_limit",
@@ -51,7 +50,6 @@ class Plan:
         self.deadline_lname = self.deadline_name.lower()
         self.deadline_prefix = self.deadline_name + b": "
         self.expired_status = cfg.deadline.expired_status
-        self.default_deadline = policy.engine.deadline
         self.retry_non_idempotent = (
             cfg.retry_non_idempotent if retry_non_idempotent is None else retry_non_idempotent
         )

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from typing import Any, Final
 
 import httptools
@@ -39,7 +38,6 @@ from .routing import Router, Target, split_host
 from .upstream import Pool, UpstreamResponse
 
 log: Final = logging.getLogger("sidecar.http")
-INF: Final = math.inf
 _LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
 _CANCELLED: Final = Reason.CANCELLED  # constants: compiled, an enum member is an attribute lookup
 _DEADLINE: Final = Reason.DEADLINE
@@ -233,8 +231,7 @@ class Forwarder:
             is_self=self.is_self,
             replace_trace=self.tracing,
         )
-        timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None
-        deadline = req.began + timeout if timeout is not None else INF  # the client's, from arrival
+        timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None  # the client's
         method = "GET" if req.method == b"GET" else _METHODS.get(req.method) or req.method.decode("latin-1")
         attrs: dict[str, str | int] | None = None
         if self.tracing:  # span attributes cost only when there are spans
@@ -249,35 +246,26 @@ class Forwarder:
                 attrs["server.address"] = h
                 if p is not None:
                     attrs["server.port"] = p
-        obs = self.telemetry.request(
+        may_retry = req.idempotent or plan.retry_non_idempotent
+        if body is not None:
+            body.restrict(plan.replay_limit)
+        # Envoy's rule: the per-try timeout and the sidecar's own deadline start once the whole request is
+        # upstream; an upload still arriving is not the upstream's time (the client's deadline still counts).
+        complete = body is None or body.complete
+        call, obs = self.services.begin_request(
+            plan.policy,
+            plan.upstream,
             listener=self.name,
-            upstream=plan.upstream_name,
             protocol="http",
             name=method,
             attributes=attrs,
             parent=rh.trace,
             meters=plan.meters,
-        )
-        if timeout is not None:
-            obs.deadline_received(timeout)
-        idempotent = req.idempotent
-        may_retry = idempotent or plan.retry_non_idempotent
-        if body is not None:
-            body.restrict(plan.replay_limit)
-        replayable = body is None or body.replayable
-        if not replayable:
-            obs.buffer_exceeded()
-        # Envoy's rule: the per-try timeout and the sidecar's own deadline start once the whole request is
-        # upstream; an upload still arriving is not the upstream's time (the client's deadline still counts).
-        complete = body is None or body.complete
-        call = self.services.new_call(
-            plan.policy,
-            plan.upstream,
-            deadline=deadline,
-            default_timeout=plan.default_deadline,
-            retry_on=None if may_retry else plan.connect_only,
-            replayable=replayable,
+            arrival=req.began,
+            received=timeout,
             request_complete=complete,
+            replayable=body is None or body.replayable,
+            retry_on=None if may_retry else plan.connect_only,
         )
         attempter = Attempter(conn.loop, plan, body, req.head_request, obs, rh.head, rh.host is None, may_retry)
         fwd = Forwarding(self, req, conn, obs, attempter)

@@ -31,7 +31,7 @@ from typing import Final, Protocol
 import httptools
 from mypy_extensions import mypyc_attr
 
-from .headers import Headers, add_header, content_length
+from .headers import STRIDE, VALUE, Headers, add_header, content_length
 from .replay import RequestBody
 
 
@@ -420,11 +420,11 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         length: int | None = None
         chunked = False
         headers = self.headers
-        for i in range(0, len(headers), 3):
+        for i in range(0, len(headers), STRIDE):
             low = headers[i]
             if low == b"content-length":
-                length = content_length(headers[i + 2])
-            elif low == b"transfer-encoding" and b"chunked" in headers[i + 2].lower():
+                length = content_length(headers[i + VALUE])
+            elif low == b"transfer-encoding" and b"chunked" in headers[i + VALUE].lower():
                 chunked = True
         if chunked:
             length = None
