@@ -50,14 +50,10 @@ def run(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     _redact_logs(redactor(cfg))
-    from .adapters import AdapterMissing
     from .app import serve
 
     try:
         _run(serve(cfg, config, watch_interval), uvloop)
-    except AdapterMissing as e:
-        typer.echo(f"sidecar: {e}", err=True)
-        raise typer.Exit(2) from None
     except OSError as e:
         typer.echo(f"sidecar: cannot start: {e}", err=True)
         raise typer.Exit(1) from None
@@ -87,17 +83,7 @@ def demo(
             f"sidecar demo: unknown part(s) {', '.join(unknown)} (parts: {', '.join(PARTS)})", err=True
         )
         raise typer.Exit(2)
-    parts = []
-    for name in names:
-        part = load_part(name)
-        if part is None:
-            typer.echo(f"(the {name} part is not in this build)")
-        else:
-            parts.append(part)
-    if not parts:
-        typer.echo("No demo parts in this build yet; here is the example configuration, validated:")
-        check(Path(__file__).resolve().parent.parent / "config.example.yaml")
-        return
+    parts = [load_part(name) for name in names]
 
     async def all_parts() -> None:
         for part in parts:

@@ -34,16 +34,7 @@ class Listener(Protocol):
     def reconfigure(self, config: ListenerConfig, services: Services) -> None: ...
 
 
-class AdapterMissing(RuntimeError):
-    pass
-
-
 def make_listener(config: ListenerConfig, services: Services) -> Listener:
+    """The listener for ``config``'s protocol (each protocol's package is imported only when used)."""
     module_name, cls_name = _LISTENERS[config.protocol]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name and module_name.startswith(e.name):
-            raise AdapterMissing(f"the {config.protocol} listener is not available in this build") from None
-        raise
-    return getattr(module, cls_name)(config, services)
+    return getattr(importlib.import_module(module_name), cls_name)(config, services)

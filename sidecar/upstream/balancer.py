@@ -36,14 +36,6 @@ class Balancer(EndpointPicker):
         self.outliers: OutlierDetector | None = OutlierDetector(outliers) if outliers is not None else None
         self._penalized_until: dict[str, float] = {}
 
-    def set_endpoints(self, endpoints: Sequence[str]) -> None:
-        """Replace the endpoint list (e.g. a replica set's members changed); counts carry over."""
-        self.endpoints = list(endpoints)
-        for e in self.endpoints:
-            self.outstanding.setdefault(e, 0)
-        if self.outliers is not None:
-            self.outliers.forget(self.endpoints)
-
     # -- accounting, called by the engine -------------------------------------------------------------
     def started(self, endpoint: str) -> None:
         self.outstanding[endpoint] = self.outstanding.get(endpoint, 0) + 1

@@ -157,13 +157,6 @@ class OutlierDetector:
                 return endpoint
         return None
 
-    def forget(self, endpoints: Sequence[str]) -> None:
-        """Keep only the records of ``endpoints`` (the upstream's endpoint list changed)."""
-        keep = set(endpoints)
-        for e in [e for e in self._health if e not in keep]:
-            del self._health[e]
-            self.ejected.pop(e, None)
-
     # -- the steps ----------------------------------------------------------------------------------
     def _may_eject(self, total: int) -> bool:
         if total <= 1:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
 import signal
 import sys
@@ -89,8 +88,6 @@ def run(sc: Scenario, strategy: str) -> Record:
 
 
 async def run_async(sc: Scenario, strategy: str) -> Record:
-    if strategy == "sidecar" and not _has_http_listener():
-        raise LiveError("the sidecar strategy on the live engine needs the HTTP listener, not in this build")
     scenario = to_dict(sc)
     cap = somaxconn()
     if cap is not None and sc.server.backlog > cap:
@@ -170,12 +167,6 @@ async def _stage_outage(sc: Scenario, servers: list[Part], epoch: float) -> None
         for s in servers:
             s.signal(signal.SIGCONT)
 
-
-def _has_http_listener() -> bool:
-    try:
-        return importlib.util.find_spec("sidecar.adapters.http.server") is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def somaxconn() -> int | None:

@@ -8,15 +8,11 @@ Tolerance: 0.05 attempts per request. Over ~900 requests the amplification's own
 
 from __future__ import annotations
 
-import pytest
-
 from sidecar.simulate import des
 from sidecar.simulate.live import engine
 from sidecar.simulate.summary import amplification
 
 from .conftest import compressed
-
-pytest.importorskip("sidecar.adapters.http.server", reason="the live sidecar needs the HTTP listener")
 
 TOLERANCE = 0.05
 
