@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from .decision import Decision, Verdict
+from .decision import Decision, Verdict, check_queue_limits
 from .reasons import Rejection
 from .stats import AdmissionStats
 
@@ -60,10 +60,7 @@ class RateLimiter:
 
     def set_queue(self, max_queue: int, max_wait: float) -> None:
         """Change the queue's limits. Requests already queued stay, even beyond a smaller ``max_queue``."""
-        if max_queue < 0:
-            raise ValueError(f"max_queue must be 0 or more, not {max_queue!r}")
-        if not max_wait >= 0:
-            raise ValueError(f"max_wait must be 0 or more seconds, not {max_wait!r}")
+        check_queue_limits(max_queue, max_wait)
         self.max_queue = max_queue
         self.max_wait = max_wait
 

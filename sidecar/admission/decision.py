@@ -37,3 +37,11 @@ class Decision:
     @property
     def rejected(self) -> bool:
         return self.verdict is Verdict.REJECTED
+
+
+def check_queue_limits(max_queue: int, max_wait: float) -> None:
+    """A queue's limits, as the bucket and the ticket pools both take them: refused with the value named."""
+    if max_queue < 0:
+        raise ValueError(f"max_queue must be 0 or more, not {max_queue!r}")
+    if not max_wait >= 0:
+        raise ValueError(f"max_wait must be 0 or more seconds, not {max_wait!r}")

@@ -20,7 +20,7 @@ import math
 from collections import OrderedDict
 from enum import Enum
 
-from .decision import Decision, Verdict
+from .decision import Decision, Verdict, check_queue_limits
 from .reasons import Rejection
 from .stats import AdmissionStats
 
@@ -63,10 +63,7 @@ class TicketPool:
         self._returned = 0
 
     def set_queue(self, max_queue: int, max_wait: float) -> None:
-        if max_queue < 0:
-            raise ValueError(f"max_queue must be 0 or more, not {max_queue!r}")
-        if not max_wait >= 0:
-            raise ValueError(f"max_wait must be 0 or more seconds, not {max_wait!r}")
+        check_queue_limits(max_queue, max_wait)
         self.max_queue = max_queue
         self.max_wait = max_wait
 

@@ -29,6 +29,7 @@ import uvloop
 from sidecar.adapters.http.headers import HOP_BY_HOP as _HOP_BY_HOP
 from sidecar.app import App
 from sidecar.config import load_dict
+from tests.metrics import metric
 
 #: Request headers the sidecar adds or rewrites on purpose (docs/http.md): an echo of the request (httpbin's
 #: ``/anything``) differs by these and nothing else.
@@ -194,12 +195,7 @@ class Sidecar:
         return self.app.address(listener)[1]
 
     def metric(self, name: str, **labels: str) -> float:
-        total = 0.0
-        for family in self.app.telemetry.metrics.registry.collect():
-            for s in family.samples:
-                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                    total += s.value
-        return total
+        return metric(self.app, name, **labels)
 
     def close(self) -> None:
         if self._loop is not None and self._stop is not None:

@@ -16,6 +16,7 @@ from opentelemetry.trace import SpanKind
 from sidecar.app import App
 from sidecar.config import load_dict
 from sidecar.testing.grpc_upstream import GrpcUpstream
+from tests.metrics import metric
 
 FAST = {"initial": "1ms", "max": "1ms", "multiplier": 1, "jitter": "none"}
 
@@ -90,12 +91,7 @@ class Sidecar:
         return self.channel.unary_unary(method)
 
     def metric(self, name: str, **labels: str) -> float:
-        total = 0.0
-        for family in self.app.telemetry.metrics.registry.collect():
-            for s in family.samples:
-                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                    total += s.value
-        return total
+        return metric(self.app, name, **labels)
 
 
 @asynccontextmanager

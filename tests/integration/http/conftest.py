@@ -14,6 +14,7 @@ from sidecar.app import App
 from sidecar.config import load_dict
 from sidecar.policy import Reason
 from sidecar.testing.http_upstream import FaultyUpstream
+from tests.metrics import metric
 
 #: No backoff waits: tests assert order and counts, not durations.
 FAST = {"backoff": {"initial": "0ms", "max": "0ms", "jitter": "none"}}
@@ -47,13 +48,7 @@ class Sidecar:
         self.url = f"http://{host}:{port}"
 
     def metric(self, name: str, **labels: str) -> float:
-        reg = self.app.telemetry.metrics.registry
-        total = 0.0
-        for family in reg.collect():
-            for s in family.samples:
-                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                    total += s.value
-        return total
+        return metric(self.app, name, **labels)
 
     def requests(self, reason: Reason) -> float:
         return self.metric("sidecar_requests_total", reason=reason.value)

@@ -11,6 +11,7 @@ import pytest
 
 from sidecar.adapters.mongo import wire
 from sidecar.testing.mongo import MongoTestServer
+from tests.metrics import metric
 
 from .conftest import OVERLOAD, config, in_thread, sidecar
 
@@ -119,12 +120,7 @@ async def test_an_unacknowledged_write_gets_no_reply_and_reaches_the_upstream() 
 
 
 def _requests(sc, reason: str) -> float:  # noqa: ANN001
-    total = 0.0
-    for family in sc.app.telemetry.metrics.registry.collect():
-        for s in family.samples:
-            if s.name == "sidecar_requests_total" and s.labels.get("reason") == reason:
-                total += s.value
-    return total
+    return metric(sc.app, "sidecar_requests_total", reason=reason)
 
 
 async def test_an_app_that_goes_away_mid_request_stops_the_retries() -> None:
