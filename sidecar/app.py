@@ -16,6 +16,8 @@ from . import native
 from .adapters import Listener, make_listener
 from .admin import AdminServer
 from .config import Config, effective
+from .fleet import RetryBudgetShare, Share
+from .fleet.link import FleetLink
 from .services import Services
 from .telemetry import Telemetry
 
@@ -37,6 +39,7 @@ class App:
         self.telemetry = Telemetry(config.telemetry, span_exporter=span_exporter)
         self.services = Services(config, self.telemetry, rand or random.Random().random)
         self.listeners: list[Listener] = [make_listener(lc, self.services) for lc in config.listeners]
+        self.fleet = _fleet(config, self.services)
         self.ready = False
         self.admin: AdminServer | None = None
         if config.admin.listen is not None:
@@ -61,6 +64,8 @@ class App:
                 await lst.start()
                 host, port = lst.address
                 log.info("listener %s ready on %s:%d", lst.name, host, port)
+            if self.fleet is not None:
+                await self.fleet.start()
         except BaseException:
             await self.stop(0)
             raise
@@ -71,6 +76,8 @@ class App:
         self.ready = False
         g = self.config.shutdown.grace if grace is None else grace
         await asyncio.gather(*(lst.stop(g) for lst in self.listeners), return_exceptions=True)
+        if self.fleet is not None:
+            await self.fleet.stop()
         if self.admin is not None:
             await self.admin.stop()
         self.telemetry.shutdown()
@@ -81,6 +88,19 @@ class App:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop(0)
+
+
+def _fleet(config: Config, services: Services) -> FleetLink | None:
+    """The fleet's settle task, when some upstream's retry budget is fleet-wide."""
+    shares: list[Share] = []
+    for name, up in services.upstreams.items():
+        if up.retry_budget is not None and up.budget_scope == "fleet" and up.config.retry_budget is not None:
+            shares.append(RetryBudgetShare(name, up.retry_budget, up.config.retry_budget.min_per_second))
+    if config.fleet is None or not shares:
+        return None
+    link = FleetLink(config.fleet, shares)
+    services.telemetry.metrics.watch_fleet(link.member)
+    return link
 
 
 async def serve(config: Config) -> None:

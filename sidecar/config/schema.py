@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from ..policy.outcome import OutcomeClass
 from ..policy.spec import Jitter
@@ -181,6 +181,24 @@ class AuthConfig(Base):
     mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-1"] = "SCRAM-SHA-256"
 
 
+class RetryBudgetConfig(Base):
+    """Retries + hedges <= ``ratio`` x the client requests to the upstream over ``window``, plus a bucket
+    refilled at ``min_per_second`` (capacity ``min_per_second``): for this sidecar (``local``) or the whole
+    fleet sharing ``fleet.redis.key_prefix`` (``fleet``). Consulted on top of the policy's own throttle."""
+
+    scope: Literal["local", "fleet"] = "local"
+    ratio: float = Field(0.2, ge=0.0, le=100.0)
+    min_per_second: float = Field(10.0, ge=0.0)
+    window: Duration = 10.0
+
+    @field_validator("window")
+    @classmethod
+    def _positive_window(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("window must be positive")
+        return v
+
+
 class UpstreamConfig(Base):
     endpoints: list[HostPort] = Field(min_length=1)
     overload_cooldown: Duration = 5.0
@@ -190,6 +208,7 @@ class UpstreamConfig(Base):
     replica_set: str | None = None
     tls: TlsConfig | None = None
     auth: AuthConfig | None = None
+    retry_budget: RetryBudgetConfig | None = None
 
 
 # -- listeners --------------------------------------------------------------------------------------
@@ -267,6 +286,68 @@ class ShutdownConfig(Base):
     grace: Duration = 10.0
 
 
+# -- fleet (budgets shared through Redis: sidecar/fleet) ---------------------------------------------
+def redact_url(url: str) -> str:
+    """``url`` with its password (if any) replaced, for printing."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{user}:<redacted>@{host}" + (f":{parts.port}" if parts.port is not None else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+class FleetRedisConfig(Base):
+    url: str = "redis://127.0.0.1:6379/0"  # redis:// or rediss:// (TLS); the password in the URL
+    timeout: Duration = 0.005  # the most any Redis call may delay anything
+    key_prefix: str = Field("retry-sidecar:", min_length=1)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(v)
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError as e:
+            raise ValueError(f"not a Redis URL: {e}") from None
+        if parts.scheme not in ("redis", "rediss"):
+            raise ValueError(f"{redact_url(v)!r} is not a redis:// or rediss:// URL")
+        if not parts.hostname:
+            raise ValueError(f"{redact_url(v)!r} names no host")
+        return v
+
+    @field_validator("timeout")
+    @classmethod
+    def _positive_timeout(cls, v: float) -> float:
+        if not 0 < v < float("inf"):
+            raise ValueError("timeout must be positive and finite")
+        return v
+
+    @field_serializer("url")
+    def _hide_password(self, v: str) -> str:
+        return redact_url(v)
+
+
+class FleetConfig(Base):
+    redis: FleetRedisConfig = FleetRedisConfig()
+    lease: Duration = 0.2  # how often a sidecar settles with Redis
+    fallback_members: int = Field(1, ge=1)  # sidecars assumed alive when none has been seen
+
+    @field_validator("lease")
+    @classmethod
+    def _positive_lease(cls, v: float) -> float:
+        if not 0 < v < float("inf"):
+            raise ValueError("lease must be positive and finite")
+        return v
+
+
 class Config(Base):
     admin: AdminConfig = AdminConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
@@ -274,6 +355,7 @@ class Config(Base):
     policies: dict[str, PolicyConfig] = {}
     upstreams: dict[str, UpstreamConfig] = {}
     listeners: list[ListenerConfig] = []
+    fleet: FleetConfig | None = None
 
     def policy(self, name: str) -> PolicyConfig:
         return self.policies[name]
