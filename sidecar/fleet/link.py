@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -51,7 +52,7 @@ class FleetLink:
         )
         self.script = self.client.register_script(SETTLE)
         self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
+        self._settled = asyncio.Condition()
 
     async def start(self) -> None:
         log.info(
@@ -70,6 +71,11 @@ class FleetLink:
             self._task = None
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.client.aclose(), self.config.redis.timeout)
+
+    async def wait_for(self, predicate: Callable[[FleetMember], bool]) -> None:
+        """Until ``predicate(member)`` holds after a settle (or already does): for tests and tools."""
+        async with self._settled:
+            await self._settled.wait_for(lambda: predicate(self.member))
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -96,10 +102,12 @@ class FleetLink:
             message = member.failed(_describe(e), loop.time() - started)
             if message is not None:
                 log.warning(message)
-            return
-        message = member.settled(reply, loop.time() - started)
-        if message is not None:
-            log.info(message)
+        else:
+            message = member.settled(reply, loop.time() - started)
+            if message is not None:
+                log.info(message)
+        async with self._settled:
+            self._settled.notify_all()
 
 
 def _describe(e: BaseException) -> str:
