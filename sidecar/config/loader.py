@@ -179,7 +179,10 @@ def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:
             budget = up.get("retry_budget") if isinstance(up, dict) else None
             if isinstance(budget, dict) and budget.get("scope") == "fleet":
                 errors.append(
-                    (join(join("upstreams", name), "retry_budget") + ".scope", "scope fleet needs a `fleet:` block")
+                    (
+                        join(join("upstreams", name), "retry_budget") + ".scope",
+                        "scope fleet needs a `fleet:` block",
+                    )
                 )
     admin = tree.get("admin")
     if isinstance(admin, dict) and isinstance(admin.get("listen"), str) and admin["listen"] in addresses:

@@ -212,7 +212,9 @@ class Metrics:
             "sidecar_retry_budget_tokens", "Retries the upstream's retry_budget allows now", labels=labels
         )
         refused = CounterMetricFamily(
-            "sidecar_retry_budget_throttled", "Retries and hedges the upstream's retry_budget refused", labels=labels
+            "sidecar_retry_budget_throttled",
+            "Retries and hedges the upstream's retry_budget refused",
+            labels=labels,
         )
         for (upstream, scope), budget in sorted(self._budgets.items()):
             tokens.add_metric([upstream, scope], float(budget.tokens))
@@ -221,16 +223,22 @@ class Metrics:
         yield refused
 
     def _fleet_families(self, member: Any) -> Iterator[Metric]:
-        yield GaugeMetricFamily("sidecar_fleet_redis_up", "1 while settles with Redis succeed", value=member.up)
         yield GaugeMetricFamily(
-            "sidecar_fleet_members", "Sidecars seen alive at the last settle (or assumed)", value=member.members
+            "sidecar_fleet_redis_up", "1 while settles with Redis succeed", value=member.up
+        )
+        yield GaugeMetricFamily(
+            "sidecar_fleet_members",
+            "Sidecars seen alive at the last settle (or assumed)",
+            value=member.members,
         )
         lease = HistogramMetricFamily("sidecar_fleet_lease_seconds", "Time one settle with Redis took")
         h = member.latency
         lease.add_metric([], h.cumulative(), h.sum)
         yield lease
         share = GaugeMetricFamily(
-            "sidecar_fleet_share", "This sidecar's share of each fleet-wide budget (0..1)", labels=["upstream"]
+            "sidecar_fleet_share",
+            "This sidecar's share of each fleet-wide budget (0..1)",
+            labels=["upstream"],
         )
         for upstream, value in sorted(member.share_by_name().items()):
             share.add_metric([upstream], value)

@@ -44,7 +44,7 @@ def test_the_ratio_part_forgets_requests_older_than_the_window():
     b.advance(0.0)
     assert b.pool == pytest.approx(50)
     b.advance(5.0)  # five windows later: e^-5 of the requests still count
-    assert b.pool == pytest.approx(50 * 2.718281828 ** -5, rel=1e-6)
+    assert b.pool == pytest.approx(50 * 2.718281828**-5, rel=1e-6)
 
 
 def test_retries_over_an_outage_stay_within_ratio_times_requests_plus_floor():

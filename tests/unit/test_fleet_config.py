@@ -54,7 +54,9 @@ def test_fleet_scope_without_a_fleet_block_names_its_path():
 
 def test_bad_values_name_their_paths_and_never_echo_the_password():
     tree = {
-        "upstreams": {"orders": {"endpoints": ["127.0.0.1:8081"], "retry_budget": {"window": "0s", "ratio": -1}}},
+        "upstreams": {
+            "orders": {"endpoints": ["127.0.0.1:8081"], "retry_budget": {"window": "0s", "ratio": -1}}
+        },
         "fleet": {"redis": {"url": "http://u:hunter2@x", "timeout": "none"}, "fallback_members": 0},
     }
     found = errors(tree)

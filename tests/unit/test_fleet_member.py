@@ -16,7 +16,13 @@ def member(n: int = 1, fallback: int = 3) -> tuple[FleetMember, list[RetryBudget
 
 def test_keys_share_one_hash_tag():
     ks = keys("p:", ["orders", "users"])
-    assert ks == ["{p:}members", "{p:}budget:orders", "{p:}demand:orders", "{p:}budget:users", "{p:}demand:users"]
+    assert ks == [
+        "{p:}members",
+        "{p:}budget:orders",
+        "{p:}demand:orders",
+        "{p:}budget:users",
+        "{p:}demand:users",
+    ]
 
 
 def test_before_any_settle_each_budget_stands_alone_as_one_of_fallback_members():

@@ -49,7 +49,12 @@ def fleet_config(
         "upstreams": {
             "api": {
                 "endpoints": [endpoint],
-                "retry_budget": {"scope": scope, "ratio": ratio, "min_per_second": min_per_second, "window": "10s"},
+                "retry_budget": {
+                    "scope": scope,
+                    "ratio": ratio,
+                    "min_per_second": min_per_second,
+                    "window": "10s",
+                },
             }
         },
         "policies": {
@@ -60,7 +65,9 @@ def fleet_config(
                 "max_attempts": max_attempts,
             }
         },
-        "listeners": [{"name": "web", "protocol": "http", "listen": "127.0.0.1:0", "upstream": "api", "policy": "p"}],
+        "listeners": [
+            {"name": "web", "protocol": "http", "listen": "127.0.0.1:0", "upstream": "api", "policy": "p"}
+        ],
     }
 
 

@@ -17,7 +17,12 @@ async def outage(redis: RedisServer, scope: str) -> tuple[int, float]:
     loop = asyncio.get_running_loop()
     async with FaultyUpstream(fail_rate=1.0, keep_records=True) as up:
         cfg = fleet_config(
-            up.endpoint, redis.url, new_prefix(), scope=scope, ratio=RATIO, min_per_second=FLOOR,
+            up.endpoint,
+            redis.url,
+            new_prefix(),
+            scope=scope,
+            ratio=RATIO,
+            min_per_second=FLOOR,
             fallback_members=SIDECARS,
         )
         born = loop.time()
