@@ -330,7 +330,7 @@ class FleetRedisConfig(Base):
             raise ValueError("timeout must be positive and finite")
         return v
 
-    @field_serializer("url")
+    @field_serializer("url", when_used="json")  # printed (check, /config): never the password
     def _hide_password(self, v: str) -> str:
         return redact_url(v)
 

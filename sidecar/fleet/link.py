@@ -53,6 +53,7 @@ class FleetLink:
         self.script = self.client.register_script(SETTLE)
         self._task: asyncio.Task[None] | None = None
         self._settled = asyncio.Condition()
+        self._crashed = False
 
     async def start(self) -> None:
         log.info(
@@ -82,7 +83,12 @@ class FleetLink:
         period = self.config.lease
         next_at = loop.time()
         while True:
-            await self.settle()
+            try:
+                await self.settle()
+            except Exception:  # a bug here must not end the fleet's task: the next period tries again
+                if not self._crashed:
+                    log.exception("fleet: settle failed unexpectedly; budgets stay as they are")
+                self._crashed = True
             next_at += period
             now = loop.time()
             if next_at < now:  # a stalled loop: do not settle in a burst to catch up

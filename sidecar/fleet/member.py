@@ -138,11 +138,15 @@ class FleetMember:
         """Apply a settle's reply; the message to log if this ends an outage (or is the first contact)."""
         self.latency.observe(seconds)
         self.settles += 1
-        members = _int(reply[0])
-        if len(reply) != 1 + 2 * len(self.shares) or members < 1:
-            return self.failed(f"unexpected reply from Redis: {reply!r}", 0.0)
-        for i, s in enumerate(self.shares):
-            s.granted(_float(reply[1 + 2 * i]), _float(reply[2 + 2 * i]))
+        try:
+            members = _int(reply[0])
+            grants = [(_float(reply[1 + 2 * i]), _float(reply[2 + 2 * i])) for i in range(len(self.shares))]
+            if len(reply) != 1 + 2 * len(self.shares) or members < 1:
+                raise ValueError("wrong shape")
+        except (ValueError, TypeError, IndexError, UnicodeDecodeError):
+            return self.failed(f"unexpected reply from Redis: {reply!r:.200}", 0.0)
+        for s, (tokens, share) in zip(self.shares, grants, strict=True):
+            s.granted(tokens, share)
         was_up = self.up
         self.up = 1
         self.seen = self.members = members

@@ -86,3 +86,11 @@ def test_a_malformed_reply_is_a_failure_not_a_crash():
     m, (b,) = member()
     assert m.settled([1], 0.001) is not None
     assert m.up == 0 and not b.leased
+
+
+@pytest.mark.parametrize("reply", [[], [b"x", b"1", b"1"], [1, b"1"], [1, None, b"1"], [0, b"1", b"1"]])
+def test_any_malformed_reply_is_a_failure(reply):
+    m, (b,) = member()
+    m.settled([1, "2", "1"], 0.001)
+    assert m.settled(reply, 0.001) is not None
+    assert m.up == 0 and not b.leased
