@@ -16,8 +16,7 @@ from . import native
 from .adapters import Listener, make_listener
 from .admin import AdminServer
 from .config import Config, effective
-from .fleet import RetryBudgetShare, Share
-from .fleet.link import FleetLink
+from .fleet.link import fleet_link
 from .services import Services
 from .telemetry import Telemetry
 
@@ -39,7 +38,7 @@ class App:
         self.telemetry = Telemetry(config.telemetry, span_exporter=span_exporter)
         self.services = Services(config, self.telemetry, rand or random.Random().random)
         self.listeners: list[Listener] = [make_listener(lc, self.services) for lc in config.listeners]
-        self.fleet = _fleet(config, self.services)
+        self.fleet = fleet_link(config, self.services)  # None: no fleet-wide budget
         self.ready = False
         self.admin: AdminServer | None = None
         if config.admin.listen is not None:
@@ -88,19 +87,6 @@ class App:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop(0)
-
-
-def _fleet(config: Config, services: Services) -> FleetLink | None:
-    """The fleet's settle task, when some upstream's retry budget is fleet-wide."""
-    shares: list[Share] = []
-    for name, up in services.upstreams.items():
-        if up.retry_budget is not None and up.budget_scope == "fleet" and up.config.retry_budget is not None:
-            shares.append(RetryBudgetShare(name, up.retry_budget, up.config.retry_budget.min_per_second))
-    if config.fleet is None or not shares:
-        return None
-    link = FleetLink(config.fleet, shares)
-    services.telemetry.metrics.watch_fleet(link.member)
-    return link
 
 
 async def serve(config: Config) -> None:

@@ -51,10 +51,8 @@ class UpstreamRuntime:
         self._by_id: dict[int, tuple[ThrottleSpec, Throttle]] = {}  # hashing a spec costs a Python call
         rb = config.retry_budget
         self.retry_budget: RetryBudget | None = None
-        self.budget_scope = ""
         if rb is not None:
             self.retry_budget = RetryBudget(rb.ratio, rb.min_per_second, rb.window)
-            self.budget_scope = rb.scope
             telemetry.metrics.watch_retry_budget(name, rb.scope, self.retry_budget)
 
     def throttle(self, spec: ThrottleSpec | None) -> Throttle | None:

@@ -23,11 +23,27 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from ..config import Config
 from ..config.schema import FleetConfig, redact_url
-from .member import FleetMember, Share
+from ..services import Services
+from .member import FleetMember, RetryBudgetShare, Share
 from .script import SETTLE
 
 log = logging.getLogger("sidecar.fleet")
+
+
+def fleet_link(config: Config, services: Services) -> FleetLink | None:
+    """The settle task for every upstream whose retry budget is fleet-wide (None: there is none)."""
+    shares: list[Share] = []
+    for name, up in services.upstreams.items():
+        rb = up.config.retry_budget
+        if up.retry_budget is not None and rb is not None and rb.scope == "fleet":
+            shares.append(RetryBudgetShare(name, up.retry_budget, rb.min_per_second))
+    if config.fleet is None or not shares:
+        return None
+    link = FleetLink(config.fleet, shares)
+    services.telemetry.metrics.watch_fleet(link.member)
+    return link
 
 
 def member_id() -> str:
