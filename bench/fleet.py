@@ -162,7 +162,7 @@ def p50s(tmp: Path, redis: RedisServer, rounds: int, n: int) -> dict[str, list[f
     try:
         wait_port(up, nginx)
         for r in range(rounds):
-            for mode in ("off", "fleet"):
+            for mode in ("off", "fleet") if r % 2 == 0 else ("fleet", "off"):  # alternate: drift cancels
                 port, admin = free_port(), free_port()
                 text = sidecar_yaml(
                     port,
@@ -208,6 +208,8 @@ def main() -> int:
     fleet = res["fleet"]
     bound = RATIO * fleet["requests"] + FLOOR * fleet["seconds"] + 2 * FLOOR
     p50_off, p50_on = statistics.median(lat["off"]) * 1e3, statistics.median(lat["fleet"]) * 1e3
+    # each round's on - off: the machine's drift between rounds cancels
+    added = statistics.median(on - off for on, off in zip(lat["fleet"], lat["off"], strict=True)) * 1e3
     cols = ["local", "fleet"]
     above = {c: round((res[c]["retries"] - RATIO * res[c]["requests"]) / res[c]["seconds"], 1) for c in cols}
     rows = [
@@ -231,8 +233,13 @@ def main() -> int:
             "proxied GET p50, fleet budget off / on",
             "ms",
             {"local": round(p50_off, 4), "fleet": round(p50_on, 4)},
-            goal="on - off <= +0.02 ms",
-            met=p50_on - p50_off <= 0.02,
+        ),
+        row(
+            "added p50 with the fleet budget (median of rounds' on - off)",
+            "ms",
+            {"fleet": round(added, 4)},
+            goal="<= +0.02 ms",
+            met=added <= 0.02,
         ),
     ]
     notes.append(
