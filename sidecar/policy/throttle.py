@@ -85,8 +85,8 @@ class RetryBudget:
 
     Alone (``scope: local``, or a fleet member that cannot reach Redis) it refills itself. Leased (a fleet
     member, ``sidecar.fleet``): it spends only the ``lease`` the fleet granted it, and keeps counting what the
-    fleet needs to know (requests, demand) for the next settle; the local pool and floor keep tracking so
-    that a fall back to standing alone starts from this sidecar's own share.
+    fleet needs to know (requests, demand) for the next settle. Alone again (``stand_alone``), it keeps what
+    is left of its lease and refills at its share of the floor.
     """
 
     __slots__ = (
@@ -186,9 +186,17 @@ class RetryBudget:
         self.lease = tokens
 
     def stand_alone(self, min_per_second: float) -> None:
-        """Refill by itself again, with a floor of ``min_per_second`` (a fleet member's share of it)."""
-        self.leased = False
-        self.lease = 0.0
+        """Refill by itself again, with a floor of ``min_per_second`` (a fleet member's share of it).
+
+        Leaving a lease, it keeps what is left of the lease (taken from the fleet's pool: its to spend) as
+        its floor's tokens, up to the new capacity, and starts its ratio pool empty: the requests it counted
+        so far were reported to the fleet, whose pool holds their deposits."""
+        if self.leased:
+            self.advance(self.last)  # fold the requests not yet counted, so they deposit nothing later
+            self.pool = 0.0
+            self.floor = self.lease
+            self.leased = False
+            self.lease = 0.0
         self.rate = self.capacity = min_per_second
         if self.floor > min_per_second:
             self.floor = min_per_second

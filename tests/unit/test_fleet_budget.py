@@ -67,9 +67,12 @@ def test_leased_budget_spends_only_its_lease_and_keeps_counting():
         b.on_request(1.0)
     assert [b.acquire(1.0) for _ in range(4)] == [True, True, False, False]
     assert b.requests == 50 and b.wanted == 4
-    b.stand_alone(min_per_second=2.0)  # alone again: its ratio share plus 2/s of floor
-    assert not b.leased and b.capacity == 2.0 and b.floor <= 2.0
-    assert sum(b.acquire(1.0) for _ in range(20)) == 10 + 2  # 0.2 x 50 + a floor of 2
+    b.stand_alone(min_per_second=2.0)  # alone again: what is left of the lease, then 2/s of floor
+    assert not b.leased and b.capacity == 2.0 and b.floor == 0.5 and b.pool == 0.0
+    assert not b.acquire(1.0)  # the 50 requests' deposits went to the fleet: not spent twice
+    for _ in range(50):
+        b.on_request(2.0)
+    assert sum(b.acquire(2.0) for _ in range(20)) == 10 + 2  # 0.2 x 50 new requests + a full floor of 2
 
 
 def test_composite_needs_both_and_a_refusal_takes_nothing_from_the_other():
