@@ -70,6 +70,7 @@ class FleetLink:
         self._task: asyncio.Task[None] | None = None
         self._settled = asyncio.Condition()
         self._crashed = False
+        self._stopping = False
 
     async def start(self) -> None:
         log.info(
@@ -81,11 +82,14 @@ class FleetLink:
         self._task = asyncio.create_task(self._run(), name="fleet-settle")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """End the settle task and close the connection. The task is also told by a flag: a cancellation
+        that meets a settle's own timeout can be lost (``asyncio.timeout`` in Python 3.11), and the task
+        must end anyway; the wait for it is bounded, and a cancellation of the caller is never swallowed."""
+        task, self._task = self._task, None
+        if task is not None:
+            self._stopping = True
+            task.cancel()
+            await asyncio.wait([task], timeout=2 * (self.config.redis.timeout + self.config.lease))
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.client.aclose(), self.config.redis.timeout)
 
@@ -98,7 +102,7 @@ class FleetLink:
         loop = asyncio.get_running_loop()
         period = self.config.lease
         next_at = loop.time()
-        while True:
+        while not self._stopping:
             try:
                 await self.settle()
             except Exception:  # a bug here must not end the fleet's task: the next period tries again

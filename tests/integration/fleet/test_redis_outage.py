@@ -40,10 +40,10 @@ async def test_stopped_then_killed_redis_falls_back_and_rejoins(redis_own: Redis
         cfg = fleet_config(up.endpoint, redis_own.url, new_prefix(), min_per_second=FLOOR, timeout="50ms")
         async with fleet(cfg, 2) as apps:
             links = [link(a) for a in apps]
-            for lk in links:
-                await lk.wait_for(up_with(2))
             budgets = [lk.member.shares[0].budget for lk in links]  # type: ignore[attr-defined]
-            assert all(b.leased for b in budgets)
+            for lk, b in zip(links, budgets, strict=True):
+                await lk.wait_for(up_with(2))
+                assert b.leased
 
             redis_own.pause()  # SIGSTOP: connections stay open, nothing answers
             for lk in links:
@@ -56,9 +56,9 @@ async def test_stopped_then_killed_redis_falls_back_and_rejoins(redis_own: Redis
                 assert lk.member.latency.sum <= (lk.member.settles + lk.member.failures) * (TIMEOUT + 0.5)
 
             redis_own.resume()
-            for lk in links:
+            for lk, b in zip(links, budgets, strict=True):
                 await lk.wait_for(up_with(2))
-            assert all(b.leased for b in budgets)
+                assert b.leased
 
             redis_own.kill()
             for lk in links:
@@ -66,10 +66,10 @@ async def test_stopped_then_killed_redis_falls_back_and_rejoins(redis_own: Redis
             await flows(apps)
             restarted = RedisServer(port=redis_own.port).start()  # empty: no script, no pools, no members
             try:
-                for lk in links:
+                for lk, b in zip(links, budgets, strict=True):
                     await lk.wait_for(up_with(2))
+                    assert b.leased  # checked at the settle itself: a later one may miss the timeout
                 await flows(apps)
-                assert all(b.leased for b in budgets)
             finally:
                 restarted.kill()
 

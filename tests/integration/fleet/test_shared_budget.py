@@ -26,6 +26,7 @@ async def outage(redis: RedisServer, scope: str, sidecars: int = SIDECARS) -> tu
             ratio=RATIO,
             min_per_second=FLOOR,
             fallback_members=sidecars,
+            timeout="1s",  # sharing is under test here, not outages: no settle may miss its timeout
         )
         born = loop.time()
         async with fleet(cfg, sidecars) as apps:
@@ -36,8 +37,7 @@ async def outage(redis: RedisServer, scope: str, sidecars: int = SIDECARS) -> tu
             lived = loop.time() - born
             assert [s for s, _ in results] == [503] * REQUESTS
             if scope == "fleet":
-                # on a loaded machine one settle may miss its timeout: that sidecar stands alone for a lease
-                assert sum(metric(a, "sidecar_fleet_redis_up") for a in apps) >= sidecars - 1
+                assert sum(metric(a, "sidecar_fleet_redis_up") for a in apps) == sidecars
             refused = sum(metric(a, "sidecar_retry_budget_throttled_total", scope=scope) for a in apps)
         retries = sum(1 for seen in up.received if (seen.attempt or 1) > 1)
         assert len(up.received) == REQUESTS + retries
