@@ -26,9 +26,14 @@ $(PYMONGO_OLD)/.installed: tests/compat/mongo/pymongo-4.16.txt $(STAMP)
 	$(BIN)/python -m pip install --quiet --require-hashes --no-deps --target $(PYMONGO_OLD) -r $<
 	@touch $@
 
-test: install $(PYMONGO_OLD)/.installed
+test: install $(PYMONGO_OLD)/.installed redis-server
 	@bash tools/test-deps.sh
 	$(BIN)/python -m pytest tests
+
+# A real redis-server for the fleet tests (tests/integration/fleet): the Debian package, or a message saying how.
+.PHONY: redis-server
+redis-server:
+	@sh tools/ensure-redis.sh
 
 unit: install
 	$(BIN)/python -m pytest tests/unit

@@ -18,6 +18,7 @@ from . import native
 from .adapters import Listener, make_listener
 from .admin import AdminServer
 from .config import Config, ConfigError, effective, load_file
+from .fleet.link import fleet_link
 from .reload import ConfigWatcher, restart_reasons
 from .services import Services
 from .telemetry import Telemetry
@@ -50,6 +51,7 @@ class App:
         )
         self._reload_lock = asyncio.Lock()
         self.listeners: list[Listener] = [make_listener(lc, self.services) for lc in config.listeners]
+        self.fleet = fleet_link(config, self.services)  # None: no fleet-wide budget
         self.ready = False
         self.admin: AdminServer | None = None
         if config.admin.listen is not None:
@@ -114,6 +116,8 @@ class App:
                 await lst.start()
                 host, port = lst.address
                 log.info("listener %s ready on %s:%d", lst.name, host, port)
+            if self.fleet is not None:
+                await self.fleet.start()
         except BaseException:
             await self.stop(0)
             raise
@@ -124,6 +128,8 @@ class App:
         self.ready = False
         g = self.config.shutdown.grace if grace is None else grace
         await asyncio.gather(*(lst.stop(g) for lst in self.listeners), return_exceptions=True)
+        if self.fleet is not None:
+            await self.fleet.stop()
         if self.admin is not None:
             await self.admin.stop()
         self.telemetry.shutdown()

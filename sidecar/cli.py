@@ -122,11 +122,16 @@ def simulate(
         None, "--set", help="Change a scenario key: --set clients.rate=200 (repeatable)."
     ),
     table: bool = typer.Option(True, help="Print the per-second table of each strategy."),
+    sidecars: int = typer.Option(
+        None, "--sidecars", help="Sidecar instances sharing the clients (sets sidecar.instances)."
+    ),
 ) -> None:
     """Overload lab: many clients, a server with the seed's latency law, an outage; fixed-interval retries,
     exponential backoff and the sidecar compared (see docs/simulate.md)."""
     from .simulate.command import main as simulate_main
 
+    if sidecars is not None:
+        set_ = [*(set_ or []), f"sidecar.instances={sidecars}"]
     code = simulate_main(scenario, engine, strategy, duration, plot, as_json, set_, table)
     if code:
         raise typer.Exit(code)

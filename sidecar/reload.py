@@ -56,6 +56,19 @@ def restart_reasons(old: Config, new: Config) -> list[str]:
                 f"upstreams.{n.upstream}: the MongoDB listener {name!r} monitors this replica set's members;"
                 " changing its upstream needs a restart"
             )
+    # The fleet's settle task leases for the budgets it was started with (sidecar/fleet/link.py).
+    if old.fleet != new.fleet:
+        reasons.append("fleet: changing the fleet block needs a restart")
+    for name in sorted(old.upstreams.keys() | new.upstreams.keys()):
+        o_up, n_up = old.upstreams.get(name), new.upstreams.get(name)
+        fleet_scoped = any(
+            u is not None and u.retry_budget is not None and u.retry_budget.scope == "fleet"
+            for u in (o_up, n_up)
+        )
+        if fleet_scoped and o_up != n_up:
+            reasons.append(
+                f"upstreams.{name}: its retry_budget is leased fleet-wide; changing this upstream needs a restart"
+            )
     if old.admin != new.admin:
         reasons.append("admin: changing the admin port needs a restart")
     if old.telemetry != new.telemetry:

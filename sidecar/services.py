@@ -13,7 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import Config, PolicyConfig, UpstreamConfig, retry_policy
-from .policy import Call, EndpointPicker, OutcomeClass, RetryPolicy, Throttle, ThrottleSpec, make_throttle
+from .policy import (
+    BudgetedThrottle,
+    Call,
+    EndpointPicker,
+    OutcomeClass,
+    RetryBudget,
+    RetryPolicy,
+    Throttle,
+    ThrottleSpec,
+    make_throttle,
+)
 from .telemetry import RequestObserver, Telemetry
 from .telemetry.metrics import Meters
 from .upstream.balancer import Balancer
@@ -44,7 +54,8 @@ class CompiledPolicy:
 
 
 class UpstreamRuntime:
-    """One upstream's shared state: its endpoints' balancer and one retry budget per throttle setting."""
+    """One upstream's shared state: its endpoints' balancer, one throttle per throttle setting, and the
+    upstream's own retry budget (``retry_budget``, consulted on top of each: ``BudgetedThrottle``)."""
 
     def __init__(self, name: str, config: UpstreamConfig, telemetry: Telemetry) -> None:
         self.name = name
@@ -57,19 +68,26 @@ class UpstreamRuntime:
         self._telemetry = telemetry
         self._throttles: dict[ThrottleSpec, Throttle] = {}
         self._by_id: dict[int, tuple[ThrottleSpec, Throttle]] = {}  # hashing a spec costs a Python call
+        rb = config.retry_budget
+        self.retry_budget: RetryBudget | None = None
+        if rb is not None:
+            self.retry_budget = RetryBudget(rb.ratio, rb.min_per_second, rb.window)
+            telemetry.metrics.watch_retry_budget(name, rb.scope, self.retry_budget)
 
     def throttle(self, spec: ThrottleSpec | None) -> Throttle | None:
         """The upstream's budget for ``spec``: one per distinct throttle setting, shared by every policy
-        that has it."""
+        that has it (with the upstream's retry budget on top, when it has one)."""
         if spec is None:
-            return None
+            return self.retry_budget
         known = self._by_id.get(id(spec))
         if known is not None and known[0] is spec:
             return known[1]
         bucket = self._throttles.get(spec)
         if bucket is None:
-            bucket = self._throttles[spec] = make_throttle(spec)
-            self._telemetry.metrics.watch_throttle(self.name, spec.kind.value, bucket)
+            inner = make_throttle(spec)
+            self._telemetry.metrics.watch_throttle(self.name, spec.kind.value, inner)
+            budget = self.retry_budget
+            bucket = self._throttles[spec] = inner if budget is None else BudgetedThrottle(inner, budget)
         self._by_id[id(spec)] = (spec, bucket)
         return bucket
 

@@ -180,6 +180,16 @@ def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:
             if port and listen in addresses:
                 errors.append((f"{base}.listen", f"{listen} is already used by {addresses[listen]}"))
             addresses.setdefault(listen, base)
+    if tree.get("fleet") is None:
+        for name, up in upstreams.items():
+            budget = up.get("retry_budget") if isinstance(up, dict) else None
+            if isinstance(budget, dict) and budget.get("scope") == "fleet":
+                errors.append(
+                    (
+                        join(join("upstreams", name), "retry_budget") + ".scope",
+                        "scope fleet needs a `fleet:` block",
+                    )
+                )
     admin = tree.get("admin")
     if isinstance(admin, dict) and isinstance(admin.get("listen"), str) and admin["listen"] in addresses:
         errors.append(("admin.listen", f"{admin['listen']} is already used by {addresses[admin['listen']]}"))

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from ..policy.outcome import OutcomeClass
 from ..policy.spec import Jitter
+from .redact import redact_userinfo
 from .units import Duration, HostPort, OptionalDuration, Size
 
 GRPC_CODES = (
@@ -202,6 +210,24 @@ class OutlierDetectionConfig(Base):
         return self
 
 
+class RetryBudgetConfig(Base):
+    """Retries + hedges <= ``ratio`` x the client requests to the upstream over ``window``, plus a bucket
+    refilled at ``min_per_second`` (capacity ``min_per_second``): for this sidecar (``local``) or the whole
+    fleet sharing ``fleet.redis.key_prefix`` (``fleet``). Consulted on top of the policy's own throttle."""
+
+    scope: Literal["local", "fleet"] = "local"
+    ratio: float = Field(0.2, ge=0.0, le=100.0)
+    min_per_second: float = Field(10.0, ge=0.0)
+    window: Duration = 10.0
+
+    @field_validator("window")
+    @classmethod
+    def _positive_window(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("window must be positive")
+        return v
+
+
 class UpstreamConfig(Base):
     endpoints: list[HostPort] = Field(min_length=1)
     overload_cooldown: Duration = 5.0
@@ -212,6 +238,7 @@ class UpstreamConfig(Base):
     replica_set: str | None = None
     tls: TlsConfig | None = None
     auth: AuthConfig | None = None
+    retry_budget: RetryBudgetConfig | None = None
 
 
 # -- listeners --------------------------------------------------------------------------------------
@@ -292,6 +319,49 @@ class ShutdownConfig(Base):
     grace: Duration = 10.0
 
 
+# -- fleet (budgets shared through Redis: sidecar/fleet) ---------------------------------------------
+class FleetRedisConfig(Base):
+    url: str = "redis://127.0.0.1:6379/0"  # redis:// or rediss:// (TLS); the password in the URL
+    timeout: Duration = 0.005  # the most any Redis call may delay anything
+    key_prefix: str = Field("retry-sidecar:", min_length=1)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(v)
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError as e:
+            raise ValueError(f"not a Redis URL: {e}") from None
+        if parts.scheme not in ("redis", "rediss"):
+            raise ValueError(f"{redact_userinfo(v)!r} is not a redis:// or rediss:// URL")
+        if not parts.hostname:
+            raise ValueError(f"{redact_userinfo(v)!r} names no host")
+        return v
+
+    @field_validator("timeout")
+    @classmethod
+    def _positive_timeout(cls, v: float) -> float:
+        if not 0 < v < float("inf"):
+            raise ValueError("timeout must be positive and finite")
+        return v
+
+
+class FleetConfig(Base):
+    redis: FleetRedisConfig = FleetRedisConfig()
+    lease: Duration = 0.2  # how often a sidecar settles with Redis
+    fallback_members: int = Field(1, ge=1)  # sidecars assumed alive when none has been seen
+
+    @field_validator("lease")
+    @classmethod
+    def _positive_lease(cls, v: float) -> float:
+        if not 0 < v < float("inf"):
+            raise ValueError("lease must be positive and finite")
+        return v
+
+
 class Config(Base):
     admin: AdminConfig = AdminConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
@@ -306,6 +376,9 @@ class Config(Base):
     @property
     def expansions(self) -> Any:
         return self._expansions
+
+
+    fleet: FleetConfig | None = None
 
     def policy(self, name: str) -> PolicyConfig:
         return self.policies[name]

@@ -24,7 +24,7 @@ from .events import (
 from .outcome import PUSHBACK_STOP, SUCCESS, Outcome, OutcomeClass, Pushback
 from .reasons import GIVE_UPS, Reason
 from .spec import BackoffSpec, HedgingSpec, Jitter, RetryPolicy, ThrottleKind, ThrottleSpec
-from .throttle import GrpcThrottle, MongoThrottle, Throttle, make_throttle
+from .throttle import BudgetedThrottle, GrpcThrottle, MongoThrottle, RetryBudget, Throttle, make_throttle
 
 __all__ = [
     "BUFFER_EXCEEDED",
@@ -47,6 +47,7 @@ __all__ = [
     "EndpointPicker",
     "Event",
     "Finish",
+    "BudgetedThrottle",
     "GrpcThrottle",
     "HedgingSpec",
     "Jitter",
@@ -56,6 +57,7 @@ __all__ = [
     "Pushback",
     "Reason",
     "RequestComplete",
+    "RetryBudget",
     "RetryPolicy",
     "SendAttempt",
     "Start",

@@ -246,6 +246,8 @@ class Call:
             return
         if not self._send(now, out, hedge=0):
             return
+        if self.throttle is not None:
+            self.throttle.on_request(now)  # a client request to the upstream (ratio retry budgets count it)
         h = self.hedging
         if h is not None and self.max_attempts > 1 and self.replayable:
             self.hedge_at = now + h.delay
@@ -414,7 +416,7 @@ class Call:
         # A wait that would cross the deadline ends the request now, before a token is spent.
         if now + delay >= self.deadline:
             return self._give_up(Reason.DEADLINE, out, decide)
-        if self.throttle is not None and not self.throttle.acquire():
+        if self.throttle is not None and not self.throttle.acquire(now):
             return self._give_up(Reason.THROTTLED, out, decide)
         decide(Reason.RETRY, delay)
         if delay <= 0:
@@ -482,7 +484,7 @@ class Call:
                 self.stop_reason = Reason.DEADLINE
             elif not self.replayable:
                 self.stop_reason = Reason.BUFFER_EXCEEDED
-            elif self.throttle is not None and not self.throttle.acquire():
+            elif self.throttle is not None and not self.throttle.acquire(now):
                 self.stop_reason = Reason.THROTTLED
             elif (
                 self._send(now, out, hedge=len(self.attempts))

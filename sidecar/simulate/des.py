@@ -16,6 +16,10 @@ A sidecar may also have a request limiter at its door (``limiter``: a factory of
 :class:`sidecar.admission.RateLimiter`, one per instance, given virtual ``now``): a request then waits for its
 borrowed token before its ``Call`` starts, or is refused at once and ends without an attempt (counted in
 ``Sidecar.rejected``; its client sees a failure). Not yet a scenario key: the admission wiring will add one.
+
+An upstream ``retry_budget`` (``sidecar.upstream.retry_budget``) is one ``RetryBudget`` per instance with
+``scope: local``, and one shared by every instance with ``scope: fleet``: the fleet budget as the Redis
+leases approximate it, without their lag (a lease period) or Redis outages.
 """
 
 from __future__ import annotations
@@ -32,17 +36,20 @@ from ..policy import (
     START,
     TICK,
     AttemptEnded,
+    BudgetedThrottle,
     Call,
     CancelAttempt,
     Finish,
     Reason,
+    RetryBudget,
     SendAttempt,
+    Throttle,
     Wake,
     make_throttle,
 )
 from ..upstream.balancer import Balancer
 from .model import OK, ModelServer
-from .policy import SidecarPolicy, compile_policy
+from .policy import SidecarPolicy, budget_scope, compile_policy
 from .record import Record
 from .retry import Waits, mean_gap
 from .scenario import Scenario
@@ -272,6 +279,7 @@ class Sidecar:
         rec: Record,
         rand: random.Random,
         limiter: RateLimiter | None = None,
+        budget: RetryBudget | None = None,
     ) -> None:
         self.loop = loop
         self.limiter = limiter
@@ -284,7 +292,10 @@ class Sidecar:
         self.replica_of = {e: i for i, e in enumerate(self.endpoints)}
         self.balancer = Balancer(self.endpoints, cooldown=policy.upstream.overload_cooldown)
         spec = policy.engine.throttle
-        self.throttle = make_throttle(spec) if spec is not None else None
+        own = make_throttle(spec) if spec is not None else None
+        self.throttle: Throttle | None = own
+        if budget is not None:
+            self.throttle = budget if own is None else BudgetedThrottle(own, budget)
         self.attempts = 0
         self.max_attempts_seen = 0  # the most attempts any request made (counted here, not by the engine)
 
@@ -370,8 +381,22 @@ class SidecarClients:
         self.gap = mean_gap(s.clients)
         policy = compile_policy(s, [f"replica-{i}:{i}" for i in range(s.server.replicas)])
         sidecar_rand = random.Random(f"{s.seed}-sidecar")
+        rb = policy.upstream.retry_budget
+        fleet = None
+        if rb is not None and budget_scope(s) == "fleet":
+            fleet = RetryBudget(rb.ratio, rb.min_per_second, rb.window, loop.now)
+
+        def budget() -> RetryBudget | None:
+            if rb is None:
+                return None
+            return (
+                fleet if fleet is not None else RetryBudget(rb.ratio, rb.min_per_second, rb.window, loop.now)
+            )
+
         self.sidecars = [
-            Sidecar(loop, policy, servers, rec, sidecar_rand, limiter(loop.now) if limiter else None)
+            Sidecar(
+                loop, policy, servers, rec, sidecar_rand, limiter(loop.now) if limiter else None, budget()
+            )
             for _ in range(s.sidecar.instances)
         ]
         self.clients = [_Client() for _ in range(s.clients.count)]

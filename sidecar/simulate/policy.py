@@ -21,11 +21,22 @@ UPSTREAM = "model"
 POLICY = "sim"
 
 
+def budget_scope(s: Scenario) -> str | None:
+    """The scenario's ``retry_budget.scope`` (``None``: no retry budget)."""
+    rb = s.sidecar.upstream.get("retry_budget")
+    return str(rb.get("scope", "local")) if isinstance(rb, dict) else None
+
+
 def config_dict(s: Scenario, endpoints: list[str], listen: str = "127.0.0.1:0") -> dict[str, Any]:
+    """One sidecar's config. A ``scope: fleet`` retry budget is checked as ``local`` (a sidecar alone is its
+    own fleet; the des engine shares one budget among its instances instead of going through Redis)."""
+    upstream = {**s.sidecar.upstream, "endpoints": list(endpoints)}
+    if budget_scope(s) == "fleet":
+        upstream["retry_budget"] = {**upstream["retry_budget"], "scope": "local"}
     return {
         "admin": {"listen": None},
         "policies": {POLICY: dict(s.sidecar.policy)},
-        "upstreams": {UPSTREAM: {**s.sidecar.upstream, "endpoints": list(endpoints)}},
+        "upstreams": {UPSTREAM: upstream},
         "listeners": [
             {"name": LISTENER, "protocol": "http", "listen": listen, "upstream": UPSTREAM, "policy": POLICY}
         ],

@@ -128,6 +128,8 @@ class Metrics:
         self._listeners: dict[str, ListenerMeters] = {}
         self._buckets: dict[tuple[str, str], Any] = {}
         self._outliers: dict[str, Any] = {}
+        self._budgets: dict[tuple[str, str], Any] = {}
+        self._fleet: Any = None
         self.registry.register(_Collector(self))
 
     def listener(self, name: str) -> ListenerMeters:
@@ -152,6 +154,15 @@ class Metrics:
         ``sidecar_endpoint_ejected{upstream,endpoint}`` (1 while out of the rotation) for each of
         ``balancer.endpoints``, and ``sidecar_ejections_total{upstream,reason}``."""
         self._outliers[upstream] = balancer
+
+    def watch_retry_budget(self, upstream: str, scope: str, budget: Any) -> None:
+        """Export an upstream's ``retry_budget`` (``policy.RetryBudget``): its tokens and the retries it
+        refused, labelled with its ``scope`` (read at scrape time)."""
+        self._budgets[(upstream, scope)] = budget
+
+    def watch_fleet(self, member: Any) -> None:
+        """Export a fleet member (``fleet.FleetMember``): Redis up, members seen, settle latency, shares."""
+        self._fleet = member
 
     def families(self) -> Iterator[Metric]:
         lu = ["listener", "upstream"]
@@ -198,6 +209,10 @@ class Metrics:
             tokens.add_metric([upstream, kind], float(bucket.tokens))
         yield tokens
         yield from self._outlier_families()
+        if self._budgets:
+            yield from self._budget_families()
+        if self._fleet is not None:
+            yield from self._fleet_families(self._fleet)
 
     def _outlier_families(self) -> Iterator[Metric]:
         ejected = GaugeMetricFamily(
@@ -218,6 +233,44 @@ class Metrics:
                 ejections.add_metric([upstream, reason], n)
         yield ejected
         yield ejections
+
+    def _budget_families(self) -> Iterator[Metric]:
+        labels = ["upstream", "scope"]
+        tokens = GaugeMetricFamily(
+            "sidecar_retry_budget_tokens", "Retries the upstream's retry_budget allows now", labels=labels
+        )
+        refused = CounterMetricFamily(
+            "sidecar_retry_budget_throttled",
+            "Retries and hedges the upstream's retry_budget refused",
+            labels=labels,
+        )
+        for (upstream, scope), budget in sorted(self._budgets.items()):
+            tokens.add_metric([upstream, scope], float(budget.tokens))
+            refused.add_metric([upstream, scope], budget.refused)
+        yield tokens
+        yield refused
+
+    def _fleet_families(self, member: Any) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "sidecar_fleet_redis_up", "1 while settles with Redis succeed", value=member.up
+        )
+        yield GaugeMetricFamily(
+            "sidecar_fleet_members",
+            "Sidecars seen alive at the last settle (or assumed)",
+            value=member.members,
+        )
+        lease = HistogramMetricFamily("sidecar_fleet_lease_seconds", "Time one settle with Redis took")
+        h = member.latency
+        lease.add_metric([], h.cumulative(), h.sum)
+        yield lease
+        share = GaugeMetricFamily(
+            "sidecar_fleet_share",
+            "This sidecar's share of each fleet-wide budget (0..1)",
+            labels=["upstream"],
+        )
+        for upstream, value in sorted(member.share_by_name().items()):
+            share.add_metric([upstream], value)
+        yield share
 
 
 class _Collector(Collector):
