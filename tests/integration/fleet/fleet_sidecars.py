@@ -87,15 +87,6 @@ async def fleet(cfg: dict[str, Any], n: int) -> AsyncIterator[list[App]]:
         yield [await stack.enter_async_context(App(load_dict(cfg, {}))) for _ in range(n)]
 
 
-def metric(app: App, name: str, **labels: str) -> float:
-    total = 0.0
-    for family in app.telemetry.metrics.registry.collect():
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
-
-
 async def drive(urls: Sequence[str], n: int, concurrency: int = 6) -> list[tuple[int, float]]:
     """Send ``n`` GETs, round robin over ``urls``, ``concurrency`` at a time: ``(status, seconds)`` each."""
     results: list[tuple[int, float]] = []

@@ -9,7 +9,8 @@ import pytest
 
 from sidecar.testing.http_upstream import FaultyUpstream
 from sidecar.testing.redis_server import RedisServer, free_port
-from tests.integration.fleet.fleet_sidecars import drive, fleet, fleet_config, link, metric, new_prefix, url
+from tests.integration.fleet.fleet_sidecars import drive, fleet, fleet_config, link, new_prefix, url
+from tests.metrics import metric
 
 TIMEOUT = 0.05
 #: A request never waits for Redis; this bound only has to be far above any request's time on a loaded

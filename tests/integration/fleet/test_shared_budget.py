@@ -9,7 +9,8 @@ import pytest
 
 from sidecar.testing.http_upstream import FaultyUpstream
 from sidecar.testing.redis_server import RedisServer
-from tests.integration.fleet.fleet_sidecars import drive, fleet, fleet_config, link, metric, new_prefix, url
+from tests.integration.fleet.fleet_sidecars import drive, fleet, fleet_config, link, new_prefix, url
+from tests.metrics import metric
 
 RATIO, FLOOR, SIDECARS, REQUESTS = 0.05, 20.0, 3, 1200
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from sidecar.testing.http_upstream import FaultyUpstream
 from sidecar.testing.redis_server import RedisServer
-from tests.integration.fleet.fleet_sidecars import fleet, fleet_config, link, metric, new_prefix
+from tests.integration.fleet.fleet_sidecars import fleet, fleet_config, link, new_prefix
 from tests.integration.tls import self_signed
+from tests.metrics import metric
 
 
 async def test_settles_over_tls_with_a_password(redis_binary, tmp_path):
