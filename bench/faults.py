@@ -235,40 +235,17 @@ def main() -> None:
                 )
                 failed[col].append(float(sum(n - k for n, k in seconds.values())))
         worst = median(worst_after["outlier detection"])
-        rows += [
-            row(
-                f"{scenario}: success in the first second",
-                "%",
-                {c: median(first_second[c]) for c in COLUMNS},
-                spread={c: spread(first_second[c]) for c in COLUMNS},
-            ),
-            row(
-                f"{scenario}: worst second from +{GOAL_AFTER:.0f} s",
-                "%",
-                {c: median(worst_after[c]) for c in COLUMNS},
-                goal=">= 99",
-                met=worst is not None and worst >= 99.0,
-                spread={c: spread(worst_after[c]) for c in COLUMNS},
-            ),
-            row(
-                f"{scenario}: >= 99 % from second",
-                "s",
-                {c: median(recovered[c]) for c in COLUMNS},
-                spread={c: spread(recovered[c]) for c in COLUMNS},
-            ),
-            row(
-                f"{scenario}: failed upstream attempts",
-                "",
-                {c: median(wasted[c]) for c in COLUMNS},
-                spread={c: spread(wasted[c]) for c in COLUMNS},
-            ),
-            row(
-                f"{scenario}: failed requests",
-                "",
-                {c: median(failed[c]) for c in COLUMNS},
-                spread={c: spread(failed[c]) for c in COLUMNS},
-            ),
-        ]
+        goal = {"goal": ">= 99", "met": worst is not None and worst >= 99.0}
+        for label, unit, runs, extra in (
+            ("success in the first second", "%", first_second, {}),
+            (f"worst second from +{GOAL_AFTER:.0f} s", "%", worst_after, goal),
+            (">= 99 % from second", "s", recovered, {}),
+            ("failed upstream attempts", "", wasted, {}),
+            ("failed requests", "", failed, {}),
+        ):
+            medians = {c: median(runs[c]) for c in COLUMNS}
+            spreads = {c: spread(runs[c]) for c in COLUMNS}
+            rows.append(row(f"{scenario}: {label}", unit, medians, spread=spreads, **extra))
     show(COLUMNS, rows)
     notes.append(f"whole benchmark: {time.monotonic() - t0:.0f} s of wall time")
     write("faults", "Endpoint killed / stopped under load", COLUMNS, rows, notes, None, started)

@@ -275,7 +275,6 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         if length != 0:
             body = req.body = RequestBody(length, self.listener.replay_limit, self)
             if expect and req.version == "1.1":
-                req.expect_continue = True
                 body.on_first_attach = self.send_continue
         self.in_body = True
         self._enqueue(req)

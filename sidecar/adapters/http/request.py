@@ -58,7 +58,6 @@ class IncomingRequest:
         "headers",
         "keep_alive",
         "body",
-        "expect_continue",
         "head_size",
         "refusal",
         "head_request",
@@ -73,7 +72,6 @@ class IncomingRequest:
         self.headers: Headers = []  # flat: lowercased name, name, value (headers.Headers)
         self.keep_alive = True
         self.body: RequestBody | None = None
-        self.expect_continue = False
         self.head_size = 0
         self.refusal: tuple[int, str] | None = None  # answer this instead of forwarding (400, 405, ...)
         self.head_request = False  # a HEAD request: its answer has no body (set with ``method``)
