@@ -6,6 +6,7 @@ listener's upstream, a policy's name) are checked in ``loader.py``, which sees t
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -228,6 +229,47 @@ class RetryBudgetConfig(Base):
         return v
 
 
+_GRPC_METHOD = re.compile(r"^/[A-Za-z_][\w.]*/(\*|[A-Za-z_]\w*)$")
+
+
+class ConcurrencyConfig(Base):
+    """Execution control toward each endpoint of an upstream (issue 12; the seed's ticket pools): every
+    attempt holds one read or write ticket while it is outstanding. ``initial``, ``min`` and ``max`` count
+    tickets per endpoint, reads plus writes; ``probing`` moves them within [min, max] by the seed's
+    throughput probing every ``interval``, ``fixed`` keeps ``initial``."""
+
+    mode: Literal["probing", "fixed"] = "probing"
+    initial: int = Field(32, ge=2)  # one read and one write ticket at least
+    min: int = Field(4, ge=2)
+    max: int = Field(256, ge=2)
+    read_write_ratio: float = Field(0.5, ge=0.0, le=1.0)
+    step: float = Field(0.1, gt=0.0, lt=1.0)
+    ema_weight: float = Field(0.2, gt=0.0, le=1.0)
+    interval: Duration = 0.1
+    max_queue: int = Field(512, ge=0)
+    max_wait: Duration = 1.0
+    read_methods: list[str] = []
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ConcurrencyConfig:
+        if self.mode == "probing":
+            if self.min > self.max:
+                raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+            if not self.min <= self.initial <= self.max:
+                raise ValueError(f"initial ({self.initial}) must be within min and max ([{self.min}, {self.max}])")
+        if not self.interval > 0:
+            raise ValueError("interval must be positive")
+        return self
+
+    @field_validator("read_methods")
+    @classmethod
+    def _methods(cls, v: list[str]) -> list[str]:
+        for m in v:
+            if not _GRPC_METHOD.match(m):
+                raise ValueError(f"{m!r} is not a gRPC method: write /package.Service/Method or /package.Service/*")
+        return v
+
+
 class UpstreamConfig(Base):
     endpoints: list[HostPort] = Field(min_length=1)
     overload_cooldown: Duration = 5.0
@@ -239,6 +281,7 @@ class UpstreamConfig(Base):
     tls: TlsConfig | None = None
     auth: AuthConfig | None = None
     retry_budget: RetryBudgetConfig | None = None
+    concurrency: ConcurrencyConfig | None = None  # None: no limit on attempts in flight
 
 
 # -- listeners --------------------------------------------------------------------------------------
