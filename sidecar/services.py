@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .concurrency import UpstreamConcurrency
 from .config import Config, PolicyConfig, UpstreamConfig, retry_policy
 from .policy import (
     BudgetedThrottle,
@@ -54,10 +55,15 @@ class CompiledPolicy:
 
 
 class UpstreamRuntime:
-    """One upstream's shared state: its endpoints' balancer, one throttle per throttle setting, and the
-    upstream's own retry budget (``retry_budget``, consulted on top of each: ``BudgetedThrottle``)."""
+    """One upstream's shared state: its endpoints' balancer, one throttle per throttle setting, the
+    upstream's own retry budget (``retry_budget``, consulted on top of each: ``BudgetedThrottle``) and its
+    endpoints' execution control (``concurrency``: ``None`` when it limits nothing)."""
 
-    def __init__(self, name: str, config: UpstreamConfig, telemetry: Telemetry) -> None:
+    def __init__(
+        self, name: str, config: UpstreamConfig, telemetry: Telemetry, previous: UpstreamRuntime | None = None
+    ) -> None:
+        """``previous``: this upstream's state under the config being replaced (a reload): its execution
+        control carries over, reconfigured, so that tickets held and attempts queued are not dropped."""
         self.name = name
         self.config = config
         self.balancer = Balancer(
@@ -73,6 +79,16 @@ class UpstreamRuntime:
         if rb is not None:
             self.retry_budget = RetryBudget(rb.ratio, rb.min_per_second, rb.window)
             telemetry.metrics.watch_retry_budget(name, rb.scope, self.retry_budget)
+        cc = config.concurrency
+        self.concurrency: UpstreamConcurrency | None = None
+        if cc is not None:
+            carried = previous.concurrency if previous is not None else None
+            if carried is not None:
+                carried.reconfigure(cc)
+                self.concurrency = carried
+            else:
+                self.concurrency = UpstreamConcurrency(name, cc)
+        telemetry.metrics.watch_concurrency(name, self.concurrency)
 
     def throttle(self, spec: ThrottleSpec | None) -> Throttle | None:
         """The upstream's budget for ``spec``: one per distinct throttle setting, shared by every policy
@@ -111,7 +127,9 @@ class Services:
         self.upstreams: dict[str, UpstreamRuntime] = {}
         for name, uc in config.upstreams.items():
             kept = previous.upstreams.get(name) if previous is not None else None
-            self.upstreams[name] = kept if kept is not None and kept.config == uc else UpstreamRuntime(name, uc, telemetry)
+            self.upstreams[name] = (
+                kept if kept is not None and kept.config == uc else UpstreamRuntime(name, uc, telemetry, kept)
+            )
 
     def policy(self, name: str) -> CompiledPolicy:
         return self.policies[name]

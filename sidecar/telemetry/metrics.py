@@ -121,6 +121,16 @@ _PLAIN: Final = (
 )
 
 
+_ADMISSION_COUNTS: Final = (
+    ("attempted", "Admissions asked for (exemptions excluded)"),
+    ("successful", "Admissions granted, at once or after queueing"),
+    ("exempted", "Requests or attempts never limited (exempt address or operation)"),
+    ("added_to_queue", "Admissions that waited in a queue"),
+    ("removed_from_queue", "Waits that ended, admitted or not"),
+    ("interrupted_in_queue", "Waits that ended because the request went away or was cancelled"),
+)
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
@@ -130,6 +140,7 @@ class Metrics:
         self._outliers: dict[str, Any] = {}
         self._budgets: dict[tuple[str, str], Any] = {}
         self._fleet: Any = None
+        self._concurrency: dict[str, Any] = {}
         self.registry.register(_Collector(self))
 
     def listener(self, name: str) -> ListenerMeters:
@@ -159,6 +170,15 @@ class Metrics:
         """Export an upstream's ``retry_budget`` (``policy.RetryBudget``): its tokens and the retries it
         refused, labelled with its ``scope`` (read at scrape time)."""
         self._budgets[(upstream, scope)] = budget
+
+    def watch_concurrency(self, upstream: str, concurrency: Any) -> None:
+        """Export an upstream's execution control (``concurrency.UpstreamConcurrency``; ``None``: it has none
+        any more), read at scrape time: per endpoint and pool its limit, tickets in use, queue and admission
+        counters, and its prober's state."""
+        if concurrency is None:
+            self._concurrency.pop(upstream, None)
+        else:
+            self._concurrency[upstream] = concurrency
 
     def watch_fleet(self, member: Any) -> None:
         """Export a fleet member (``fleet.FleetMember``): Redis up, members seen, settle latency, shares."""
@@ -213,6 +233,8 @@ class Metrics:
             yield from self._budget_families()
         if self._fleet is not None:
             yield from self._fleet_families(self._fleet)
+        if self._concurrency:
+            yield from self._concurrency_families()
 
     def _outlier_families(self) -> Iterator[Metric]:
         ejected = GaugeMetricFamily(
@@ -249,6 +271,55 @@ class Metrics:
             refused.add_metric([upstream, scope], budget.refused)
         yield tokens
         yield refused
+
+    def _concurrency_families(self) -> Iterator[Metric]:
+        labels = ["upstream", "endpoint", "pool"]
+        limit = GaugeMetricFamily(
+            "sidecar_concurrency_limit", "Tickets of an endpoint's pool (attempts it may have in flight)", labels=labels
+        )
+        in_use = GaugeMetricFamily(
+            "sidecar_concurrency_in_use", "Tickets of an endpoint's pool held by attempts in flight", labels=labels
+        )
+        queued = GaugeMetricFamily(
+            "sidecar_concurrency_queued", "Attempts waiting for a ticket of an endpoint's pool", labels=labels
+        )
+        state = GaugeMetricFamily(
+            "sidecar_concurrency_probe_state",
+            "An endpoint's throughput prober: 0 stable, 1 probing up, 2 probing down",
+            labels=["upstream", "endpoint"],
+        )
+        counters = {
+            count: CounterMetricFamily(f"sidecar_admission_{count}", doc, labels=labels)
+            for count, doc in _ADMISSION_COUNTS
+        }
+        rejected = CounterMetricFamily(
+            "sidecar_admission_rejected", "Admissions refused, by reason", labels=[*labels, "reason"]
+        )
+        waited = HistogramMetricFamily(
+            "sidecar_admission_queue_seconds", "Time queued before admission", labels=labels
+        )
+        for upstream, cc in sorted(self._concurrency.items()):
+            for endpoint, ep in sorted(cc.endpoints.items()):
+                state.add_metric([upstream, endpoint], float(int(ep.control.probe_state)))
+                for pool in (ep.control.pools.read, ep.control.pools.write):
+                    values = [upstream, endpoint, pool.kind.value]
+                    limit.add_metric(values, float(pool.limit))
+                    in_use.add_metric(values, float(pool.in_use))
+                    queued.add_metric(values, float(pool.queued))
+                    stats = pool.stats
+                    for count, fam in counters.items():
+                        fam.add_metric(values, getattr(stats, count))
+                    for reason, n in sorted(stats.rejected_by.items()):
+                        rejected.add_metric([*values, reason.value], n)
+                    h = ep.queue_time[pool.kind]
+                    waited.add_metric(values, h.cumulative(), h.sum)
+        yield limit
+        yield in_use
+        yield queued
+        yield state
+        yield from counters.values()
+        yield rejected
+        yield waited
 
     def _fleet_families(self, member: Any) -> Iterator[Metric]:
         yield GaugeMetricFamily(

@@ -16,10 +16,14 @@ from typing import Any
 
 import grpc
 
+from ...admission import Kind
+from ...admission.refusal import Refusal
+from ...policy import Reason
 from ...policy.deadline import MAX_TIMEOUT_S, parse_timeout_ms
 from ...runtime import Driver, drive
 from ...services import Services, UpstreamRuntime
-from .answer import Answer, Downstream, answer
+from ...ticket_gate import gate
+from .answer import Answer, Downstream, answer, refused
 from .attempt import Attempter
 from .classify import GrpcClassifier
 from .metadata import first_value, request_metadata
@@ -29,6 +33,8 @@ from .upstream import Channels
 
 log = logging.getLogger("sidecar.grpc")
 DEFAULT_REPLAY_BUFFER = 256 * 1024
+#: Health checks keep the system observable: their attempts never wait for a ticket (the seed's kExempt).
+EXEMPT_SERVICE = "/grpc.health.v1.Health/"
 
 
 @dataclass(slots=True)
@@ -87,14 +93,26 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
             observer=obs,
             deadline_header=pc.deadline.header if _has(incoming, pc.deadline.header) else None,
         )
-        delivery = await drive(call, attempter, obs, drivers.append)
+        tickets = shared.upstream.concurrency
+        gated = None
+        if tickets is not None:
+            kind = ticket_kind(method, tickets.config.read_methods)
+            gated = gate(tickets, kind, loop, exempt=method.startswith(EXEMPT_SERVICE))
+        delivery = await drive(call, attempter, obs, drivers.append, gated)
         await down.close()  # grpc sends the status when we return: nothing may be in flight beside it
-        ans = answer(
-            delivery.finish,
-            delivery.payload,
-            upstream=shared.upstream.name,
-            give_up_pushback=pc.give_up_pushback,
-        )
+        payload = delivery.payload
+        if isinstance(payload, Refusal) and not (
+            delivery.finish.reason is Reason.DEADLINE and not delivery.finish.own_deadline
+        ):  # the last attempt got no ticket: RESOURCE_EXHAUSTED, and when to come back
+            ans = refused(payload)
+            obs.refused(payload)
+        else:
+            ans = answer(
+                delivery.finish,
+                None if isinstance(payload, Refusal) else payload,
+                upstream=shared.upstream.name,
+                give_up_pushback=pc.give_up_pushback,
+            )
         _deliver(context, ans)
         obs.set_attribute("rpc.grpc.status_code", ans.code.value[0])
         obs.end(None if ans.code is grpc.StatusCode.OK else ans.code.name)
@@ -107,6 +125,15 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     finally:
         if stream is not None:
             stream.close()
+
+
+def ticket_kind(method: str, read_methods: list[str]) -> Kind:
+    """Which ticket an attempt of ``method`` (``/pkg.Service/Method``) takes: a read when
+    ``concurrency.read_methods`` names it (exactly, or its service as ``/pkg.Service/*``), else a write."""
+    for m in read_methods:
+        if m == method or (m.endswith("/*") and method.startswith(m[:-1])):
+            return Kind.READ
+    return Kind.WRITE
 
 
 def _deliver(context: grpc.aio.ServicerContext, ans: Answer) -> None:

@@ -21,6 +21,8 @@ from typing import Any, Final
 import httptools
 from mypy_extensions import mypyc_attr
 
+from ...admission import Kind
+from ...admission.refusal import Refusal
 from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
 from ...policy import Finish, Reason
@@ -28,8 +30,10 @@ from ...policy.deadline import parse_timeout_ms
 from ...runtime import CallOwner, Driver
 from ...services import Services
 from ...telemetry import RequestObserver
+from ...ticket_gate import gate as ticket_gate
 from ...timers import Timers, timers_for
 from .answer import Answer, encode, for_finish, text
+from .answer import refused as refusal_answer
 from .attempt import Attempter
 from .headers import Headers, find_header, request_head, response_head
 from .plan import Plan
@@ -47,6 +51,10 @@ _METHODS: Final = {
 
 
 IDEMPOTENT: Final = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
+#: Methods whose attempts take a read ticket of an upstream's ``concurrency`` (issue 12); any other, a write.
+READS: Final = frozenset({b"GET", b"HEAD", b"OPTIONS"})
+_READ: Final = Kind.READ
+_WRITE: Final = Kind.WRITE
 
 
 class IncomingRequest:
@@ -274,7 +282,11 @@ class Forwarder:
         timers = self.timers
         if timers is None:
             timers = self.timers = timers_for(conn.loop)
-        fwd.driver = Driver(call, attempter, obs, fwd, conn.loop, timers)
+        tickets = plan.upstream.concurrency
+        gate = None
+        if tickets is not None:  # the upstream limits attempts in flight: each waits for its ticket
+            gate = ticket_gate(tickets, _READ if req.method in READS else _WRITE, conn.loop)
+        fwd.driver = Driver(call, attempter, obs, fwd, conn.loop, timers, gate)
         # conn.last_activity: the loop time read by the callback that got here (data_received, or
         # request_done for a pipelined request), as loop.time() would say again
         fwd.driver.start(conn.last_activity)
@@ -374,7 +386,7 @@ class Forwarding(CallOwner):
             self.obs.end("internal error")
             self.conn.abort_request(self.req)
 
-    def _answer(self, finish: Finish, payload: UpstreamResponse | None) -> None:
+    def _answer(self, finish: Finish, payload: Any) -> None:
         req, conn, obs = self.req, self.conn, self.obs
         if finish.reason is _CANCELLED:
             if payload is not None:
@@ -390,7 +402,12 @@ class Forwarding(CallOwner):
                 obs.end("client went away")
             self._over()
             return
-        resp = payload
+        resp: UpstreamResponse | None = None
+        if isinstance(payload, UpstreamResponse):  # (a native class: the cheap test first)
+            resp = payload
+        elif isinstance(payload, Refusal):  # no ticket for the last attempt: the sidecar answers (503)
+            self._refused(finish, payload)
+            return
         expired = finish.outcome is not None and finish.outcome.deadline_expired
         if resp is not None and (finish.reason is _DEADLINE or expired) and not finish.own_deadline:
             # The client's deadline: nobody waits for it any more, or the upstream said it ran out of time:
@@ -407,6 +424,22 @@ class Forwarding(CallOwner):
             return
         obs.set_attribute("http.response.status_code", resp.status)
         self._deliver(resp)
+
+    def _refused(self, finish: Finish, refusal: Refusal) -> None:
+        """The request ends on an attempt that got no ticket (``ticket_gate.py``): 503 and when to come back;
+        unless the client's deadline ended it, which is answered as such (nobody waits for a 503 any more)."""
+        req, conn, obs = self.req, self.conn, self.obs
+        answer: Answer | None
+        if finish.reason is _DEADLINE and not finish.own_deadline:
+            answer = for_finish(finish, self.attempter.plan.expired_status)
+        else:
+            answer = refusal_answer(refusal)
+            obs.refused(refusal)
+        if answer is not None:
+            write_answer(req, conn, answer)
+            obs.set_attribute("http.response.status_code", answer.status)
+        obs.end(refusal.message)
+        self._over()
 
     def _deliver(self, resp: UpstreamResponse) -> None:
         """Write the chosen response: its head and what arrived of its body at once, then the rest as it
