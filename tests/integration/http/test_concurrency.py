@@ -194,3 +194,25 @@ async def test_without_a_concurrency_block_nothing_is_limited(client) -> None:
             async with await c as r:
                 assert r.status == 200
         assert sc.metric("sidecar_concurrency_limit") == 0
+
+
+async def test_a_reload_changes_the_limits_and_keeps_the_waiters(client) -> None:
+    from sidecar.config import load_dict
+
+    cc = {"mode": "fixed", "initial": 2, "max_wait": "60s"}
+    async with FaultyUpstream(hold=asyncio.Event()) as up, sidecar(limited([up.endpoint], cc)) as sc:
+        assert up.hold is not None
+        calls = [asyncio.ensure_future(client.get(f"{sc.url}/{i}")) for i in range(4)]
+        await up.wait_in_flight(1)
+        await until(lambda: sc.metric("sidecar_concurrency_queued", pool="read") == 3, "three waiters")
+        bigger = limited([up.endpoint], {**cc, "initial": 6})  # three read tickets
+        assert sc.app.apply(load_dict(bigger, {}))
+        await up.wait_in_flight(3)  # two waiters granted by the larger limit, at once
+        assert sc.metric("sidecar_concurrency_queued", pool="read") == 1
+        assert sc.metric("sidecar_concurrency_limit", pool="read") == 3
+        up.hold.set()
+        for c in calls:
+            async with await c as r:
+                assert r.status == 200
+        assert up.peak_in_flight == 3 and up.hits == 4
+        assert sc.metric("sidecar_admission_interrupted_in_queue_total") == 0
