@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ import grpc
 from ...policy.deadline import MAX_TIMEOUT_S, parse_timeout_ms
 from ...runtime import Driver, drive
 from ...services import Services, UpstreamRuntime
-from .answer import Answer, Downstream, answer
+from .answer import Answer, Downstream, answer, refused
 from .attempt import Attempter
 from .classify import GrpcClassifier
 from .metadata import first_value, request_metadata
@@ -29,6 +30,8 @@ from .upstream import Channels
 
 log = logging.getLogger("sidecar.grpc")
 DEFAULT_REPLAY_BUFFER = 256 * 1024
+#: Calls the request gate never limits (counted as exempted): the standard health service.
+HEALTH = "/grpc.health.v1.Health/"
 
 
 @dataclass(slots=True)
@@ -51,6 +54,31 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     pc = compiled.config
     incoming = [(m.key, m.value) for m in context.invocation_metadata() or ()]
     received = _received_timeout(context, incoming, pc.deadline.header)
+    arrival = loop.time()
+    door = services.door(shared.listener)
+    if door is not None and door.requests is not None:
+        timeout = received if route.timeout_cap is None else min(received or math.inf, route.timeout_cap)
+        refusal = await door.admit(
+            peer_host(context.peer()),
+            arrival,
+            arrival + timeout if timeout is not None else math.inf,
+            exempt=method.startswith(HEALTH),
+        )
+        if refusal is not None:
+            obs = services.refused(
+                refusal,
+                listener=shared.listener,
+                upstream=shared.upstream.name,
+                protocol="grpc",
+                name=route.name,
+                attributes={"rpc.system": "grpc", "rpc.service": route.service, "rpc.method": route.method},
+                parent={k: v for k, v in incoming if isinstance(v, str)},
+            )
+            ans = refused(refusal)
+            _deliver(context, ans)
+            obs.set_attribute("rpc.grpc.status_code", ans.code.value[0])
+            obs.end(ans.code.name)
+            return
     # A service config's timeout is applied as the client's own deadline, as a direct channel would have.
     call, obs = services.begin_request(
         compiled,
@@ -60,7 +88,7 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
         name=route.name,
         attributes={"rpc.system": "grpc", "rpc.service": route.service, "rpc.method": route.method},
         parent={k: v for k, v in incoming if isinstance(v, str)},
-        arrival=loop.time(),
+        arrival=arrival,
         received=received,
         cap=route.timeout_cap,
         request_complete=False,  # messages are forwarded as they come: complete once the client half-closed
@@ -107,6 +135,19 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     finally:
         if stream is not None:
             stream.close()
+
+
+def peer_host(peer: str | None) -> str:
+    """The client's IP address from grpc's peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``;
+    ``""`` for anything else, a Unix socket)."""
+    if not peer:
+        return ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]").replace("%25", "%")
+    return ""
 
 
 def _deliver(context: grpc.aio.ServicerContext, ans: Answer) -> None:
