@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -284,12 +285,96 @@ class UpstreamConfig(Base):
     concurrency: ConcurrencyConfig | None = None  # None: no limit on attempts in flight
 
 
+# -- admission (issue 12: the door; sidecar/door.py) ------------------------------------------------
+def _cidr(value: object) -> str:
+    """An address range (``10.0.0.0/8``, ``::1/128``; a bare address is one host), normalised."""
+    import ipaddress
+
+    if not isinstance(value, str):
+        raise ValueError("expected an address range such as 10.0.0.0/8 or 127.0.0.1/32")
+    try:
+        return str(ipaddress.ip_network(value.strip(), strict=True))
+    except ValueError as e:
+        raise ValueError(f"{value!r} is not an address range ({e})") from None
+
+
+Cidr = Annotated[str, BeforeValidator(_cidr)]
+
+
+def _positive_finite(what: str, v: float) -> float:
+    if not 0 < v < float("inf"):
+        raise ValueError(f"{what} must be positive and finite")
+    return v
+
+
+class RequestLimitConfig(Base):
+    """The seed's IngressRequestRateLimiter: a token bucket per listener, checked once a request's head is
+    read. ``rate`` requests a second once ``burst`` seconds of it are spent; up to ``max_queue`` requests
+    wait for a borrowed token, never longer than ``max_wait`` nor past their own deadline."""
+
+    rate: float
+    burst: Duration = 1.0
+    max_queue: int = Field(0, ge=0)
+    max_wait: OptionalDuration = 0.1
+    exempt_cidrs: list[Cidr] = []
+    scope: Literal["local", "fleet"] = "local"
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, v: float) -> float:
+        return _positive_finite("rate", v)
+
+    @field_validator("burst")
+    @classmethod
+    def _burst(cls, v: float) -> float:
+        return _positive_finite("burst", v)
+
+    @field_validator("scope")
+    @classmethod
+    def _scope(cls, v: str) -> str:
+        if v == "fleet":
+            raise ValueError(
+                "scope fleet (one request rate for the whole fleet, issue 15) is not built yet: "
+                "use scope local (this sidecar's own rate)"
+            )
+        return v
+
+
+class ConnectionLimitConfig(Base):
+    """The seed's SessionEstablishmentRateLimiter: new connections a second, checked at accept. Over the
+    rate a connection waits unread (up to ``max_queue`` of them), or is closed at once."""
+
+    rate: float
+    burst: Duration = 1.0
+    max_queue: int = Field(64, ge=0)
+    bypass_cidrs: list[Cidr] = []
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, v: float) -> float:
+        return _positive_finite("rate", v)
+
+    @field_validator("burst")
+    @classmethod
+    def _burst(cls, v: float) -> float:
+        return _positive_finite("burst", v)
+
+
+class AdmissionConfig(Base):
+    """A named admission profile, used by listeners as ``admission: NAME``."""
+
+    requests: RequestLimitConfig | None = None
+    connections: ConnectionLimitConfig | None = None
+    shadow: bool = False  # admit everything; count would-be rejections (label shadow="true")
+
+
 # -- listeners --------------------------------------------------------------------------------------
 class ListenerBase(Base):
     name: str = Field(min_length=1)
     listen: HostPort
     upstream: str
     policy: str | None = None  # None: the protocol's preset (http-default, grpc-a6, mongodb-backpressure)
+    admission: str | None = None  # a profile of the top-level ``admission:`` (None: everything admitted)
 
 
 class RouteMatch(Base):
@@ -319,6 +404,18 @@ class HttpListenerConfig(ListenerBase):
     max_header_size: Size = 64 * 1024
     idle_timeout: Duration = 60.0
     request_body_timeout: Duration = 60.0  # a request body from which nothing arrives this long: 408
+    #: Paths never rate limited (health checks): exact, or a prefix when the entry ends with ``*``.
+    exempt_paths: list[str] = []
+
+    @field_validator("exempt_paths")
+    @classmethod
+    def _paths(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not p.startswith("/"):
+                raise ValueError(f"{p!r}: an exempt path starts with '/'")
+            if "*" in p[:-1]:
+                raise ValueError(f"{p!r}: '*' may only end an exempt path (a prefix)")
+        return v
 
 
 class GrpcListenerConfig(ListenerBase):
@@ -410,6 +507,7 @@ class Config(Base):
     telemetry: TelemetryConfig = TelemetryConfig()
     shutdown: ShutdownConfig = ShutdownConfig()
     policies: dict[str, PolicyConfig] = {}
+    admission: dict[str, AdmissionConfig] = {}
     upstreams: dict[str, UpstreamConfig] = {}
     listeners: list[ListenerConfig] = []
     #: What ``${VAR}`` expansion put in (``env.Expansions``), set by the loader: the effective configuration

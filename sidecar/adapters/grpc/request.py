@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +34,8 @@ from .upstream import Channels
 
 log = logging.getLogger("sidecar.grpc")
 DEFAULT_REPLAY_BUFFER = 256 * 1024
-#: Health checks keep the system observable: their attempts never wait for a ticket (the seed's kExempt).
-EXEMPT_SERVICE = "/grpc.health.v1.Health/"
+#: Calls the request gate never limits (counted as exempted): the standard health service.
+HEALTH = "/grpc.health.v1.Health/"
 
 
 @dataclass(slots=True)
@@ -57,6 +58,31 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     pc = compiled.config
     incoming = [(m.key, m.value) for m in context.invocation_metadata() or ()]
     received = _received_timeout(context, incoming, pc.deadline.header)
+    arrival = loop.time()
+    door = services.door(shared.listener)
+    if door is not None and door.requests is not None:
+        timeout = received if route.timeout_cap is None else min(received or math.inf, route.timeout_cap)
+        refusal = await door.admit(
+            peer_host(context.peer()),
+            arrival,
+            arrival + timeout if timeout is not None else math.inf,
+            exempt=method.startswith(HEALTH),
+        )
+        if refusal is not None:
+            obs = services.refused(
+                refusal,
+                listener=shared.listener,
+                upstream=shared.upstream.name,
+                protocol="grpc",
+                name=route.name,
+                attributes={"rpc.system": "grpc", "rpc.service": route.service, "rpc.method": route.method},
+                parent={k: v for k, v in incoming if isinstance(v, str)},
+            )
+            ans = refused(refusal)
+            _deliver(context, ans)
+            obs.set_attribute("rpc.grpc.status_code", ans.code.value[0])
+            obs.end(ans.code.name)
+            return
     # A service config's timeout is applied as the client's own deadline, as a direct channel would have.
     call, obs = services.begin_request(
         compiled,
@@ -66,7 +92,7 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
         name=route.name,
         attributes={"rpc.system": "grpc", "rpc.service": route.service, "rpc.method": route.method},
         parent={k: v for k, v in incoming if isinstance(v, str)},
-        arrival=loop.time(),
+        arrival=arrival,
         received=received,
         cap=route.timeout_cap,
         request_complete=False,  # messages are forwarded as they come: complete once the client half-closed
@@ -97,7 +123,7 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
         gated = None
         if tickets is not None:
             kind = ticket_kind(method, tickets.config.read_methods)
-            gated = gate(tickets, kind, loop, exempt=method.startswith(EXEMPT_SERVICE))
+            gated = gate(tickets, kind, loop, exempt=method.startswith(HEALTH))
         delivery = await drive(call, attempter, obs, drivers.append, gated)
         await down.close()  # grpc sends the status when we return: nothing may be in flight beside it
         payload = delivery.payload
@@ -134,6 +160,19 @@ def ticket_kind(method: str, read_methods: list[str]) -> Kind:
         if m == method or (m.endswith("/*") and method.startswith(m[:-1])):
             return Kind.READ
     return Kind.WRITE
+
+
+def peer_host(peer: str | None) -> str:
+    """The client's IP address from grpc's peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``;
+    ``""`` for anything else, a Unix socket)."""
+    if not peer:
+        return ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]").replace("%25", "%")
+    return ""
 
 
 def _deliver(context: grpc.aio.ServicerContext, ans: Answer) -> None:

@@ -62,10 +62,11 @@ class Shared:
         return self.policy.config.final_error_labels == "keep"
 
 
-async def forward(up: Shared, msg: wire.Msg, cmd: Command) -> bytes | None:
-    """Carry one command; return the reply's body to send the app (``None``: no reply)."""
+async def forward(up: Shared, msg: wire.Msg, cmd: Command, arrival: float | None = None) -> bytes | None:
+    """Carry one command; return the reply's body to send the app (``None``: no reply). ``arrival``: when
+    it came (loop time), if it waited since (admission): its maxTimeMS counts from then."""
     loop = asyncio.get_running_loop()
-    now = loop.time()
+    now = loop.time() if arrival is None else arrival
     policy = up.policy
     # maxTimeMS is the app's deadline; without it the policy's default is the sidecar's own bound.
     timeout = cmd.max_time_ms / 1000.0 if cmd.max_time_ms is not None else policy.engine.deadline
