@@ -108,7 +108,7 @@ def test_patching_refuses_a_non_number_and_a_broken_document() -> None:
         find_field(b"\x0a\x00\x00\x00\x10a\x00\x01\x00\x00", b"maxTimeMS")
 
 
-KEYS = st.text(st.characters(blacklist_characters="\x00"), max_size=8)  # a key is a C string
+KEYS = st.text(st.characters(codec="utf-8", blacklist_characters="\x00"), max_size=8)  # a key is a C string
 values = st.recursive(
     st.none()
     | st.booleans()
