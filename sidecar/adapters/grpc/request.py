@@ -118,6 +118,7 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
             classifier=_classifier(shared, route.policy, pc),
             observer=obs,
             deadline_header=pc.deadline.header if _has(incoming, pc.deadline.header) else None,
+            single_request=route.single_request,
         )
         tickets = shared.upstream.concurrency
         gated = None
