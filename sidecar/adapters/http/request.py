@@ -301,7 +301,8 @@ class Forwarder:
         tickets = plan.upstream.concurrency
         gate = None
         if tickets is not None:  # the upstream limits attempts in flight: each waits for its ticket
-            gate = ticket_gate(tickets, _READ if req.method in READS else _WRITE, conn.loop)
+            exempt = door is not None and door.path_exempt(target_url.partition(b"?")[0].decode("latin-1"))
+            gate = ticket_gate(tickets, _READ if req.method in READS else _WRITE, conn.loop, exempt)
         fwd.driver = Driver(call, attempter, obs, fwd, conn.loop, timers, gate)
         if wait is not None and door is not None:
             fwd.queued(door, wait, timers, complete)  # the driver starts when its token is due

@@ -216,3 +216,22 @@ async def test_a_reload_changes_the_limits_and_keeps_the_waiters(client) -> None
                 assert r.status == 200
         assert up.peak_in_flight == 3 and up.hits == 4
         assert sc.metric("sidecar_admission_interrupted_in_queue_total") == 0
+
+
+async def test_exempt_paths_take_no_ticket(client, upstream) -> None:
+    upstream.hold = asyncio.Event()
+    cfg = limited([upstream.endpoint], {"mode": "fixed", "initial": 2, "max_queue": 0}, {"max_attempts": 1})
+    cfg["admission"] = {"front": {"requests": {"rate": 1000}}}
+    cfg["listeners"][0].update(admission="front", exempt_paths=["/health"])
+    async with sidecar(cfg) as sc:
+        holding = asyncio.ensure_future(client.get(sc.url + "/a"))  # the one read ticket
+        await upstream.wait_in_flight(1)
+        async with client.get(sc.url + "/b") as r:
+            assert r.status == 503
+        health = asyncio.ensure_future(client.get(sc.url + "/health?deep=1"))  # exempt: straight through
+        await upstream.wait_in_flight(2)
+        upstream.hold.set()
+        for call in (holding, health):
+            async with await call as r:
+                assert r.status == 200
+        assert sc.metric("sidecar_admission_exempted_total", limiter="concurrency") == 1
