@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from typing import Any, Final
 
 from .admission import Kind, Rejection
@@ -38,6 +39,7 @@ from .runtime import AttemptContext, AttemptGate, AttemptResult, CallbackAttempt
 from .timers import TimerEntry, Timers, timers_for
 
 log: Final = logging.getLogger("sidecar.concurrency")
+INF: Final = math.inf
 
 
 def refused_outcome(refusal: Refusal) -> Outcome:
@@ -142,9 +144,18 @@ class TicketGate(AttemptGate):
             return
         self._stop_timer(w)
         self.held[n] = w.ep
-        w.ep.queue_time[self.kind].observe(max(0.0, self.loop.time() - w.since))
+        now = self.loop.time()
+        waited = max(0.0, now - w.since)
+        w.ep.queue_time[self.kind].observe(waited)
+        cmd, ctx = w.cmd, w.ctx
+        if waited > 0 and cmd.timeout != INF:
+            # The wait came out of the attempt's time: what it may take (the deadline it propagates upstream)
+            # is what is left, counted from now; its expiry stays where the engine put it.
+            cmd = SendAttempt(n, cmd.endpoint, max(0.0, cmd.timeout - waited), cmd.whole_deadline, cmd.hedge)
+            ctx.attempt = cmd
+        ctx.now = now
         try:
-            w.attempter.start(w.cmd, w.ctx)
+            w.attempter.start(cmd, ctx)
         except Exception as e:  # an adapter bug: a fatal outcome for this attempt, never another request's
             log.error("attempt %d to %s failed unexpectedly", n, w.cmd.endpoint, exc_info=e)
             w.ctx.done(AttemptResult(Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}")))

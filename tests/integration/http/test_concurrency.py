@@ -235,3 +235,20 @@ async def test_exempt_paths_take_no_ticket(client, upstream) -> None:
             async with await call as r:
                 assert r.status == 200
         assert sc.metric("sidecar_admission_exempted_total", limiter="concurrency") == 1
+
+
+async def test_the_wait_for_a_ticket_comes_out_of_the_deadline_sent_upstream(client, upstream) -> None:
+    upstream.then(Fault(200, delay=0.4, body=b"slow"))  # the first holds the one read ticket for 400 ms
+    async with sidecar(limited([upstream.endpoint], {"mode": "fixed", "initial": 2, "max_wait": "60s"})) as sc:
+        headers = {"X-YaTaxi-Client-TimeoutMs": "5000"}
+        first = asyncio.ensure_future(client.get(sc.url + "/a", headers=headers))
+        await upstream.wait_in_flight(1)
+        async with client.get(sc.url + "/b", headers=headers) as r:
+            assert r.status == 200
+        async with await first as r:
+            assert r.status == 200
+        a, b = upstream.received
+        assert a.timeout_ms is not None and b.timeout_ms is not None
+        waited_ms = (b.at - a.at) * 1000
+        assert waited_ms >= 300  # it waited for the ticket ...
+        assert b.timeout_ms <= 5000 - waited_ms + 50  # ... and the upstream is told what is left
