@@ -168,5 +168,10 @@ class UpstreamConcurrency:
             self._arm(loop)
 
     # -- reading (metrics, tests) --------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """Is the prober's timer armed (it rests while every endpoint is idle)?"""
+        return self._timer is not None
+
     def probe_state(self, endpoint: str) -> ProbeState:
         return self.endpoints[endpoint].control.probe_state
