@@ -86,6 +86,7 @@ class Door:
         self._bypass_seen: dict[str, bool] = {}
         self._paths: frozenset[str] = frozenset()
         self._prefixes: tuple[str, ...] = ()
+        self.exemptions = False
         self._shadow_waits: deque[Wait] = deque()  # would-be waits (shadow mode), in the order they are due
         self.reconfigure(profile, config, now, exempt_paths)
 
@@ -113,6 +114,8 @@ class Door:
         self._bypass_seen.clear()
         self._paths = frozenset(p for p in exempt_paths if not p.endswith("*"))
         self._prefixes = tuple(p[:-1] for p in exempt_paths if p.endswith("*"))
+        #: any exempt address or path at all (the HTTP adapter skips decoding them when there is none)
+        self.exemptions = bool(self._exempt or self._paths or self._prefixes)
 
     # -- requests --------------------------------------------------------------------------------------
     def client_exempt(self, host: str) -> bool:
@@ -132,7 +135,7 @@ class Door:
         """A request whose head was just read: ``None`` (go ahead), a refusal to answer, or a wait.
         ``deadline``: the request's own (loop time; ``inf``: none)."""
         bucket = self.requests
-        if bucket is None:
+        if bucket is None or (not self._shadow_waits and bucket.take(now)):
             return None
         return self._decide(bucket, Limiter.REQUESTS, now, deadline, self.policy)
 
