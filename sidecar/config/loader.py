@@ -194,12 +194,9 @@ def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:
             names.setdefault(name, i)
         listen = lst.get("listen")
         if isinstance(listen, str):
-            try:
-                _, port = split_host_port(listen)
-            except ValueError:
-                port = 0
-            if port and listen in addresses:
-                errors.append((f"{base}.listen", f"{listen} is already used by {addresses[listen]}"))
+            other = _clash(listen, addresses)
+            if other is not None:
+                errors.append((f"{base}.listen", f"{listen} is already used by {other}"))
             addresses.setdefault(listen, base)
     if tree.get("fleet") is None:
         for name, profile in profiles.items():
@@ -218,9 +215,33 @@ def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:
                     )
                 )
     admin = tree.get("admin")
-    if isinstance(admin, dict) and isinstance(admin.get("listen"), str) and admin["listen"] in addresses:
-        errors.append(("admin.listen", f"{admin['listen']} is already used by {addresses[admin['listen']]}"))
+    if isinstance(admin, dict) and isinstance(admin.get("listen"), str):
+        other = _clash(admin["listen"], addresses)
+        if other is not None:
+            errors.append(("admin.listen", f"{admin['listen']} is already used by {other}"))
     return errors
+
+
+_ANY_HOST = {"", "0.0.0.0", "::", "[::]", "*"}
+
+
+def _clash(listen: str, taken: dict[str, str]) -> str | None:
+    """Who already listens where ``listen`` would: the same port on the same host, or on every host.
+    Port 0 (any free port) never clashes; ``taken`` maps addresses to their owners' key paths."""
+    try:
+        host, port = split_host_port(listen)
+    except ValueError:
+        return None  # the schema names the bad address
+    if not port:
+        return None
+    for address, owner in taken.items():
+        try:
+            other_host, other_port = split_host_port(address)
+        except ValueError:
+            continue
+        if other_port == port and (host == other_host or host in _ANY_HOST or other_host in _ANY_HOST):
+            return owner
+    return None
 
 
 _TAGS = {"http", "grpc", "mongodb"}

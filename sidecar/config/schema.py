@@ -374,6 +374,9 @@ class GrpcListenerConfig(ListenerBase):
     method_timeouts: dict[str, Duration] = {}
     service_config: dict[str, Any] | str | None = None
     max_message_size: Size = 4 * 1024 * 1024
+    #: Methods whose request is one message (unary and server-streaming ones), as method_policies keys:
+    #: forwarded upstream in grpc's single-request form, which costs the sidecar less per call.
+    unary_requests: list[str] = []
 
 
 class MongoListenerConfig(ListenerBase):

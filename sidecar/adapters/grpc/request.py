@@ -114,6 +114,7 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
             classifier=_classifier(shared, route.policy, pc),
             observer=obs,
             deadline_header=pc.deadline.header if _has(incoming, pc.deadline.header) else None,
+            single_request=route.single_request,
         )
         delivery = await drive(call, attempter, obs, drivers.append)
         await down.close()  # grpc sends the status when we return: nothing may be in flight beside it
