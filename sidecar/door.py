@@ -42,6 +42,8 @@ IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 #: Queue times are short (``max_wait``: 100 ms by default): finer buckets than request latencies.
 QUEUE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _CACHE_LIMIT = 4096
+#: A share of nothing still refills (a bucket's rate must be positive): one token in about 30 years.
+_LEAST_RATE = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,7 @@ class Door:
         self.listener = listener
         self.owner = f"listener {listener!r}"
         self.profile = ""
+        self.fleet = False  # requests.scope fleet: the bucket's rate is this sidecar's lease of the fleet's
         self.shadow = False
         self.requests: RateLimiter | None = None
         self.connections: RateLimiter | None = None
@@ -83,6 +86,7 @@ class Door:
         self._bypass_seen: dict[str, bool] = {}
         self._paths: frozenset[str] = frozenset()
         self._prefixes: tuple[str, ...] = ()
+        self.exemptions = False
         self._shadow_waits: deque[Wait] = deque()  # would-be waits (shadow mode), in the order they are due
         self.reconfigure(profile, config, now, exempt_paths)
 
@@ -91,11 +95,15 @@ class Door:
     ) -> None:
         """A (re)loaded profile. A bucket that stays keeps its balance and its queue (requests already
         queued keep their place and time: ``RateLimiter.reconfigure``/``set_queue``); a bucket the profile
-        no longer has is dropped (its queued requests still end on it)."""
+        no longer has is dropped (its queued requests still end on it). A fleet-wide request rate keeps the
+        rate of its current lease (the settle task sets it: :meth:`lease`, :meth:`alone`)."""
         self.profile = profile
         self._settle_shadow(math.inf)  # would-be waits end with the mode (or the bucket) they began under
         self.shadow = config.shadow
-        self.requests = _bucket(self.requests, config.requests, now)
+        rq = config.requests
+        self.fleet = rq is not None and rq.scope == "fleet"
+        leased = self.requests if self.fleet else None
+        self.requests = _bucket(self.requests, rq, now, keep_rate=leased is not None)
         self.connections = _bucket(self.connections, config.connections, now)
         rq, cn = config.requests, config.connections
         self.policy = RatePolicy.of(profile, rq.rate, rq.burst) if rq is not None else None
@@ -106,6 +114,8 @@ class Door:
         self._bypass_seen.clear()
         self._paths = frozenset(p for p in exempt_paths if not p.endswith("*"))
         self._prefixes = tuple(p[:-1] for p in exempt_paths if p.endswith("*"))
+        #: any exempt address or path at all (the HTTP adapter skips decoding them when there is none)
+        self.exemptions = bool(self._exempt or self._paths or self._prefixes)
 
     # -- requests --------------------------------------------------------------------------------------
     def client_exempt(self, host: str) -> bool:
@@ -125,7 +135,7 @@ class Door:
         """A request whose head was just read: ``None`` (go ahead), a refusal to answer, or a wait.
         ``deadline``: the request's own (loop time; ``inf``: none)."""
         bucket = self.requests
-        if bucket is None:
+        if bucket is None or (not self._shadow_waits and bucket.take(now)):
             return None
         return self._decide(bucket, Limiter.REQUESTS, now, deadline, self.policy)
 
@@ -151,6 +161,19 @@ class Door:
             raise
         self.admitted(entry, loop.time())
         return None
+
+    # -- a fleet-wide request rate (issue 15: sidecar/fleet/member.py RateLimitShare) -----------------------
+    @property
+    def attempted(self) -> int:
+        """Requests that asked the request gate so far (the demand a fleet settle reports)."""
+        return self.requests.stats.attempted if self.requests is not None else 0
+
+    def pace(self, rate: float, burst: float, now: float) -> None:
+        """This sidecar's part of the fleet's rate until the next settle: the bucket refills at ``rate``
+        and holds ``burst`` seconds of it; what it holds, and what queued requests borrowed, carries over."""
+        bucket = self.requests
+        if bucket is not None:
+            bucket.reconfigure(now, max(rate, _LEAST_RATE), burst)
 
     # -- connections -----------------------------------------------------------------------------------
     def bypass(self, host: str) -> bool:
@@ -213,14 +236,18 @@ def _wake(fut: asyncio.Future[None]) -> None:
 
 
 def _bucket(
-    old: RateLimiter | None, config: RequestLimitConfig | ConnectionLimitConfig | None, now: float
+    old: RateLimiter | None,
+    config: RequestLimitConfig | ConnectionLimitConfig | None,
+    now: float,
+    keep_rate: bool = False,
 ) -> RateLimiter | None:
     if config is None:
         return None
     max_wait = config.max_wait if isinstance(config, RequestLimitConfig) else math.inf
     if old is None:
         return RateLimiter(config.rate, config.burst, now, config.max_queue, max_wait)
-    old.reconfigure(now, config.rate, config.burst)
+    if not keep_rate:
+        old.reconfigure(now, config.rate, config.burst)
     old.set_queue(config.max_queue, max_wait)
     return old
 

@@ -199,6 +199,12 @@ def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:
                 errors.append((f"{base}.listen", f"{listen} is already used by {other}"))
             addresses.setdefault(listen, base)
     if tree.get("fleet") is None:
+        for name, profile in profiles.items():
+            requests = profile.get("requests") if isinstance(profile, dict) else None
+            if isinstance(requests, dict) and requests.get("scope") == "fleet":
+                errors.append(
+                    (join(join("admission", name), "requests") + ".scope", "scope fleet needs a `fleet:` block")
+                )
         for name, up in upstreams.items():
             budget = up.get("retry_budget") if isinstance(up, dict) else None
             if isinstance(budget, dict) and budget.get("scope") == "fleet":

@@ -310,7 +310,9 @@ def _positive_finite(what: str, v: float) -> float:
 class RequestLimitConfig(Base):
     """The seed's IngressRequestRateLimiter: a token bucket per listener, checked once a request's head is
     read. ``rate`` requests a second once ``burst`` seconds of it are spent; up to ``max_queue`` requests
-    wait for a borrowed token, never longer than ``max_wait`` nor past their own deadline."""
+    wait for a borrowed token, never longer than ``max_wait`` nor past their own deadline. ``scope: fleet``:
+    ``rate`` and ``burst`` are the whole fleet's (every sidecar sharing ``fleet.redis.key_prefix``), each
+    sidecar spending leases settled with Redis in the background (issue 15, ``sidecar/fleet``)."""
 
     rate: float
     burst: Duration = 1.0
@@ -328,16 +330,6 @@ class RequestLimitConfig(Base):
     @classmethod
     def _burst(cls, v: float) -> float:
         return _positive_finite("burst", v)
-
-    @field_validator("scope")
-    @classmethod
-    def _scope(cls, v: str) -> str:
-        if v == "fleet":
-            raise ValueError(
-                "scope fleet (one request rate for the whole fleet, issue 15) is not built yet: "
-                "use scope local (this sidecar's own rate)"
-            )
-        return v
 
 
 class ConnectionLimitConfig(Base):

@@ -316,8 +316,9 @@ class Forwarder:
     ) -> Refusal | Wait | None:
         """The request gate: go ahead (``None``), refused, or wait. Exempt: the client's address in
         ``exempt_cidrs``, the path in the listener's ``exempt_paths``."""
-        if door.client_exempt(conn.client_ip.decode("latin-1")) or door.path_exempt(
-            url.partition(b"?")[0].decode("latin-1")
+        if door.exemptions and (
+            door.client_exempt(conn.client_ip.decode("latin-1"))
+            or door.path_exempt(url.partition(b"?")[0].decode("latin-1"))
         ):
             door.exempt()
             return None

@@ -34,17 +34,18 @@ async def test_a_reload_keeps_queued_requests_and_applies_the_new_limits(
         queued = asyncio.create_task(get(client, sc.url + "/queued"))  # due in 10 s
         await wait_for(lambda: sc.metric("sidecar_admission_added_to_queue_total", listener="web") == 1)
         bucket = sc.app.services.door("web").requests
-        fast = {"requests": {"rate": 1000, "burst": "1s", "max_queue": 0}}
-        assert sc.app.apply(reloaded(upstream.endpoint, {"front": fast}, "front"))
-        assert sc.app.services.door("web").requests is bucket and bucket.rate == 1000
+        faster = {"requests": {"rate": 1, "burst": "1s", "max_queue": 0}}
+        assert sc.app.apply(reloaded(upstream.endpoint, {"front": faster}, "front"))
+        assert sc.app.services.door("web").requests is bucket and bucket.rate == 1
         assert bucket.queued == 1  # still waiting for the token it borrowed; not dropped
-        # new requests queue behind it under the new limit (max_queue 0 now): refused until it is due
+        # a new request comes after it (its borrowed token is not jumped): refused, under the new policy
         status, headers, _ = await get(client, sc.url + "/new")
-        assert status == 429 and int(headers["Retry-After"]) >= 1
-        assert headers["RateLimit-Policy"] == '"front";q=1000;w=1'
+        assert status == 429 and headers["RateLimit-Policy"] == '"front";q=1;w=1'
         queued.cancel()  # its client gives up: its token goes back
         await wait_for(lambda: bucket.queued == 0)
-        assert (await get(client, sc.url + "/after"))[0] == 200  # the new rate refills in 1 ms
+        async with asyncio.timeout(20):  # the new rate refills a token within a second
+            while (await get(client, sc.url + "/after"))[0] != 200:
+                pass
 
 
 async def test_a_listener_switches_profile_and_drops_admission(
@@ -61,8 +62,10 @@ async def test_a_listener_switches_profile_and_drops_admission(
             while (answer := await get(client, sc.url + "/c"))[0] != 200:
                 assert answer[1]["RateLimit-Policy"] == '"open";q=1000;w=1' and answer[1]["Retry-After"] == "1"
         assert sc.app.apply(reloaded(upstream.endpoint, profiles, "strict"))
-        status, headers, _ = await get(client, sc.url + "/e")
-        assert status == 429 and headers["RateLimit-Policy"] == '"strict";q=1;w=1000'
+        # what the bucket holds carries over, capped at the strict capacity (one token): one more at most
+        first, second = await get(client, sc.url + "/e"), await get(client, sc.url + "/e")
+        assert first[0] in (200, 429)
+        assert second[0] == 429 and second[1]["RateLimit-Policy"] == '"strict";q=1;w=1000'
         assert sc.app.apply(reloaded(upstream.endpoint, profiles, None))
         assert [(await get(client, sc.url + "/f"))[0] for _ in range(5)] == [200] * 5
         assert sc.app.services.door("web") is None
