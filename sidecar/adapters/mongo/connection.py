@@ -22,7 +22,8 @@ from .patch import PatchError
 
 log = logging.getLogger("sidecar.mongo")
 
-Handler = Callable[[int, wire.Header, bytes], Awaitable[bytes | None]]
+#: (connection id, the app's address, header, payload) -> the reply to write (``None``: none)
+Handler = Callable[[int, str, wire.Header, bytes], Awaitable[bytes | None]]
 _QUEUE_LIMIT = 16
 _BAD_INPUT = (wire.ProtocolError, CommandError, PatchError)
 
@@ -43,6 +44,7 @@ class AppConnection(asyncio.Protocol):
         self.connections = connections
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.host = ""  # the app's IP address (admission's exempt_cidrs)
         self.buffer = bytearray()
         self.queue: collections.deque[tuple[wire.Header, bytes]] = collections.deque()
         self.wakeup: asyncio.Future[None] | None = None
@@ -58,6 +60,7 @@ class AppConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"
+            self.host = str(peer[0])
         self.connections.add(self)
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"mongo-app {self.peer}")
 
@@ -127,7 +130,7 @@ class AppConnection(asyncio.Protocol):
                     self.transport.resume_reading()
                 self.busy = True
                 try:
-                    out = await self.handler(self.conn_id, header, payload)
+                    out = await self.handler(self.conn_id, self.host, header, payload)
                 finally:
                     self.busy = False
                 if out and not self.closed and self.transport is not None:
