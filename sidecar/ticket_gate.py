@@ -43,8 +43,10 @@ INF: Final = math.inf
 
 
 def refused_outcome(refusal: Refusal) -> Outcome:
-    """What the engine is told of an attempt that got no ticket: the endpoint is overloaded (seen from here)."""
-    return Outcome(OutcomeClass.OVERLOADED, detail=f"concurrency {refusal.reason.value}")
+    """What the engine is told of an attempt that got no ticket: the endpoint is overloaded (seen from here),
+    and the refusal is the sidecar's own (``local``: outlier detection does not count it against the
+    endpoint, which never saw the attempt)."""
+    return Outcome(OutcomeClass.OVERLOADED, detail=f"concurrency {refusal.reason.value}", local=True)
 
 
 class _Waiting:

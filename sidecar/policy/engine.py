@@ -318,7 +318,8 @@ class Call:
         picker.finished(a.endpoint)
         policy = self.policy
         cls = outcome.cls
-        picker.observe(a.endpoint, C.TIMEOUT if outcome.deadline_expired else cls, now)
+        if not outcome.local:  # the sidecar's own refusal says nothing of the endpoint's health
+            picker.observe(a.endpoint, C.TIMEOUT if outcome.deadline_expired else cls, now)
         if cls is _CLS_SUCCESS:  # the common case, kept short
             self.deliverable = (n, outcome)
             if self.throttle is not None:

@@ -46,6 +46,9 @@ class Outcome(NamedTuple):
     ``overload``: the upstream signalled overload although the class says otherwise (a MongoDB error
     labelled ``SystemOverloadedError`` that is not retryable, a connection refused by an ingress rate
     limiter): the endpoint is avoided as for ``overloaded`` and the ``mongodb`` bucket refunds nothing.
+    ``local``: the sidecar refused the attempt itself (no concurrency ticket): nothing reached the endpoint,
+    so it says nothing of the endpoint's health (outlier detection does not count it); the endpoint is
+    still avoided as for ``overloaded`` (it is at its limit).
     ``detail``: a short protocol-level label for telemetry only ("503", "UNAVAILABLE", "code 462").
     """
 
@@ -56,6 +59,7 @@ class Outcome(NamedTuple):
     prefer_previous: bool = False
     detail: str = ""
     overload: bool = False
+    local: bool = False
 
     @property
     def ok(self) -> bool:

@@ -12,6 +12,7 @@ from sidecar.policy import (
     AttemptEnded,
     CancelAttempt,
     Finish,
+    Outcome,
     OutcomeClass,
     Reason,
     RetryPolicy,
@@ -98,3 +99,15 @@ def test_the_picker_observes_every_result_per_try_timeouts_included() -> None:
     d.tick()  # attempt 2 hits its per-try timeout
     (first, _, at1), (second, cls2, at2) = picker.seen
     assert (at1, cls2) == (0.5, C.TIMEOUT) and first != second and at2 > at1
+
+
+def test_the_sidecars_own_refusal_is_not_observed_but_its_endpoint_is_avoided() -> None:
+    picker = Seen()
+    call = make_call(POLICY, balancer=picker, deadline=INF, default_timeout=10.0)
+    d = Driver(call)
+    (first,) = [c for c in d(START, 0.0) if isinstance(c, SendAttempt)]
+    d(AttemptEnded(1, Outcome(C.OVERLOADED, detail="concurrency queue-full", local=True)), 0.5)
+    # the retry after its backoff, elsewhere: the endpoint is at its limit
+    (retry,) = [c for c in d.tick() if isinstance(c, SendAttempt)]
+    assert picker.seen == []  # outlier detection never counts the sidecar's own "no"
+    assert retry.endpoint != first.endpoint
