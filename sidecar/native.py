@@ -47,6 +47,8 @@ SOURCES = (
     "sidecar/policy/throttle.py",
     "sidecar/upstream/balancer.py",
     "sidecar/upstream/outlier.py",
+    "sidecar/admission/bucket.py",
+    "sidecar/door.py",
     "sidecar/runtime.py",
     "sidecar/timers.py",
     "sidecar/services.py",

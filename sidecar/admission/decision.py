@@ -19,7 +19,8 @@ class Decision:
     """``waiter`` names a queued request for the calls that end its wait (0 when not queued).
 
     A frozen dataclass, not a ``policy.record.Record``: an interpreted class cannot subclass the compiled
-    ``Record``, and this package is not compiled (yet: the wiring decides, see ``sidecar/native.py``)."""
+    ``Record``, and only ``bucket.py`` of this package is compiled (``sidecar/native.py``: it decides every
+    request of a listener with a request limit; its admitted path makes no ``Decision``)."""
 
     verdict: Verdict
     at: float

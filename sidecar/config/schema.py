@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -301,55 +302,39 @@ def _cidr(value: object) -> str:
 Cidr = Annotated[str, BeforeValidator(_cidr)]
 
 
-def _positive_finite(what: str, v: float) -> float:
-    if not 0 < v < float("inf"):
-        raise ValueError(f"{what} must be positive and finite")
-    return v
+class RateLimitConfig(Base):
+    """A token bucket: ``rate`` a second once ``burst`` seconds of it are spent (``admission.RateLimiter``)."""
+
+    rate: float
+    burst: Duration = 1.0
+
+    @field_validator("rate", "burst")
+    @classmethod
+    def _positive_finite(cls, v: float, info: ValidationInfo) -> float:
+        if not 0 < v < float("inf"):
+            raise ValueError(f"{info.field_name} must be positive and finite")
+        return v
 
 
-class RequestLimitConfig(Base):
+class RequestLimitConfig(RateLimitConfig):
     """The seed's IngressRequestRateLimiter: a token bucket per listener, checked once a request's head is
     read. ``rate`` requests a second once ``burst`` seconds of it are spent; up to ``max_queue`` requests
     wait for a borrowed token, never longer than ``max_wait`` nor past their own deadline. ``scope: fleet``:
     ``rate`` and ``burst`` are the whole fleet's (every sidecar sharing ``fleet.redis.key_prefix``), each
     sidecar spending leases settled with Redis in the background (issue 15, ``sidecar/fleet``)."""
 
-    rate: float
-    burst: Duration = 1.0
     max_queue: int = Field(0, ge=0)
     max_wait: OptionalDuration = 0.1
     exempt_cidrs: list[Cidr] = []
     scope: Literal["local", "fleet"] = "local"
 
-    @field_validator("rate")
-    @classmethod
-    def _rate(cls, v: float) -> float:
-        return _positive_finite("rate", v)
 
-    @field_validator("burst")
-    @classmethod
-    def _burst(cls, v: float) -> float:
-        return _positive_finite("burst", v)
-
-
-class ConnectionLimitConfig(Base):
+class ConnectionLimitConfig(RateLimitConfig):
     """The seed's SessionEstablishmentRateLimiter: new connections a second, checked at accept. Over the
     rate a connection waits unread (up to ``max_queue`` of them), or is closed at once."""
 
-    rate: float
-    burst: Duration = 1.0
     max_queue: int = Field(64, ge=0)
     bypass_cidrs: list[Cidr] = []
-
-    @field_validator("rate")
-    @classmethod
-    def _rate(cls, v: float) -> float:
-        return _positive_finite("rate", v)
-
-    @field_validator("burst")
-    @classmethod
-    def _burst(cls, v: float) -> float:
-        return _positive_finite("burst", v)
 
 
 class AdmissionConfig(Base):

@@ -266,3 +266,41 @@ def test_two_listeners_on_one_address_is_an_error_naming_both(
     with pytest.raises(ConfigError) as err:
         load_dict(_listeners(*listens, admin=admin), {})
     assert clash in str(err.value) and "listeners[0]" in str(err.value)
+
+
+# -- admission profiles (issue 12) -------------------------------------------------------------------------
+ADMISSION = """
+admission:
+  front:
+    requests: {rate: 500, exempt_cidrs: ["10.0.0.0/8", "::1"]}
+    connections: {rate: 100, bypass_cidrs: ["127.0.0.1/32"]}
+upstreams: {u: {endpoints: ["127.0.0.1:1"]}}
+listeners:
+  - {name: h, protocol: http, listen: "127.0.0.1:0", upstream: u, admission: front, exempt_paths: ["/healthz", "/int/*"]}
+"""
+
+
+def test_an_admission_profile_spelled_out_with_its_defaults() -> None:
+    cfg = load_text(ADMISSION)
+    rq, cn = cfg.admission["front"].requests, cfg.admission["front"].connections
+    assert rq is not None and cn is not None
+    assert (rq.rate, rq.burst, rq.max_queue, rq.max_wait, rq.scope) == (500, 1.0, 0, 0.1, "local")
+    assert rq.exempt_cidrs == ["10.0.0.0/8", "::1/128"]  # a bare address is one host
+    assert (cn.rate, cn.burst, cn.max_queue) == (100, 1.0, 64)
+    assert cfg.listeners[0].admission == "front" and cfg.listeners[0].exempt_paths == ["/healthz", "/int/*"]
+
+
+def test_admission_errors_name_their_path() -> None:
+    text = (
+        ADMISSION.replace("rate: 500", "rate: 0, burst: 0s, colour: red")
+        .replace('"10.0.0.0/8"', '"10.0.0.1/8"')
+        .replace("admission: front", "admission: frnt")
+        .replace('"/int/*"', '"int/*", "/a*b"')
+    )
+    errs = dict(errors_of(text))
+    assert errs["admission.front.requests.rate"] == "rate must be positive and finite"
+    assert errs["admission.front.requests.burst"] == "burst must be positive and finite"
+    assert errs["admission.front.requests.colour"] == "unknown key"
+    assert "10.0.0.1/8 has host bits set" in errs["admission.front.requests.exempt_cidrs[0]"]
+    assert errs["listeners[0].admission"] == "no admission profile named 'frnt' (admission: front)"
+    assert "starts with '/'" in errs["listeners[0].exempt_paths"]

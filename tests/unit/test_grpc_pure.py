@@ -181,3 +181,12 @@ def test_every_reason_without_a_status_has_one_answer() -> None:
         answer(finish(Reason.CANCELLED, None, 1), None, upstream="u", give_up_pushback=False).code
         is S.CANCELLED
     )
+
+
+def test_the_clients_address_from_grpcs_peer_string() -> None:
+    from sidecar.adapters.grpc.request import peer_host
+
+    assert peer_host("ipv4:127.0.0.1:50051") == "127.0.0.1"
+    assert peer_host("ipv6:[::1]:50051") == "::1"
+    assert peer_host("ipv6:[fe80::1%25eth0]:50051") == "fe80::1%eth0"
+    assert peer_host("unix:/tmp/s.sock") == "" and peer_host(None) == "" and peer_host("") == ""

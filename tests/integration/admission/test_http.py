@@ -102,6 +102,21 @@ async def test_queued_requests_go_in_order_when_their_token_is_due(
         assert sc.metric("sidecar_admission_queue_seconds_count", listener="web") >= 3
 
 
+async def test_a_queued_upload_goes_whole_to_the_upstream_once_admitted(upstream: FaultyUpstream) -> None:
+    # one at once, then one a second: the upload waits for its token while its body is still coming
+    profile = {"requests": {"rate": 1, "burst": "1s", "max_queue": 5, "max_wait": "10s"}}
+    async with sidecar(with_admission(upstream.endpoint, profile)) as sc:
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        assert (await exchange(reader, writer, b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        writer.write(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello")
+        await wait_for(lambda: sc.metric("sidecar_admission_added_to_queue_total", listener="web") == 1)
+        assert upstream.hits == 1  # nothing of it went upstream while it waited
+        writer.write(b"world")  # the rest arrives while it waits
+        assert (await exchange(reader, writer, b"")).startswith(b"HTTP/1.1 200")
+        writer.close()
+        assert [(s.method, s.path, s.body_len) for s in upstream.received] == [("GET", "/a", 0), ("POST", "/up", 10)]
+
+
 async def test_a_request_that_would_wait_past_max_wait_is_refused_at_once(
     upstream: FaultyUpstream, client: aiohttp.ClientSession
 ) -> None:

@@ -129,3 +129,22 @@ async def hello_reply(host: str, port: int) -> dict[str, Any] | None:
         return bson.decode(rest[5:])
     finally:
         writer.close()
+
+
+async def test_a_command_waits_for_its_token_but_never_past_its_max_time_ms() -> None:
+    profile = {"requests": {"rate": 0.5, "burst": "2s", "max_queue": 5, "max_wait": "20s"}}  # 1, then 1 per 2 s
+    async with MongoTestServer("mongos") as up, sidecar(with_admission(up.endpoint, profile)) as sc:
+        client = sc.client()
+        try:
+            await in_thread(lambda: client.test.c.insert_one({"a": 1}))  # the one token
+            # the next token is about 2 s away: a command allowed 100 ms is refused at once
+            with pytest.raises(OperationFailure) as e:
+                await in_thread(lambda: client.test.c.find_one({}, max_time_ms=100))
+            assert e.value.code == 462 and "(deadline:" in str(e.value)
+            # one with time to wait is queued, and goes ahead when its token is due
+            assert (await in_thread(lambda: client.test.c.find_one({}, max_time_ms=20000)))["a"] == 1
+        finally:
+            await in_thread(client.close)
+        assert metric(sc.app, "sidecar_admission_added_to_queue_total", listener="mongo") == 1
+        assert metric(sc.app, "sidecar_admission_rejected_total", listener="mongo", reason="deadline") == 1
+        assert up.count("find") == 1
