@@ -15,16 +15,9 @@ from sidecar.config.schema import ConcurrencyConfig
 from sidecar.policy import BackoffSpec, Jitter, OutcomeClass, Reason, RetryPolicy
 from sidecar.runtime import drive
 from sidecar.ticket_gate import TicketGate
+from tests.metrics import until
 
 from .test_runtime import OK, Script, make_call
-
-
-async def until(check, what: str, bound: float = 20.0) -> None:  # noqa: ANN001
-    loop = asyncio.get_running_loop()
-    end = loop.time() + bound
-    while not check():
-        assert loop.time() < end, f"still not: {what}"
-        await asyncio.sleep(0.005)
 
 
 def tickets(**kw: object) -> UpstreamConcurrency:
@@ -37,14 +30,18 @@ async def test_a_refused_attempt_is_an_overloaded_outcome_carrying_the_refusal()
     held = tk.endpoint("a:1", loop).acquire(Kind.READ, loop.time(), float("inf"))  # the one read ticket
     assert held.admitted
     script = Script(OK)
-    d = await drive(make_call(RetryPolicy(max_attempts=1), ("a:1",)), script, gate=TicketGate(tk, Kind.READ, loop))
+    d = await drive(
+        make_call(RetryPolicy(max_attempts=1), ("a:1",)), script, gate=TicketGate(tk, Kind.READ, loop)
+    )
     assert d.finish.reason is Reason.NOT_RETRYABLE or d.finish.reason is Reason.ATTEMPTS_EXHAUSTED
     assert d.finish.outcome is not None and d.finish.outcome.cls is OutcomeClass.OVERLOADED
     assert isinstance(d.payload, Refusal) and d.payload.reason.value == "queue-full"
     assert script.sent == []  # never sent
 
 
-async def test_a_retry_after_a_refusal_gets_the_ticket_and_the_refusal_is_not_discarded_by_the_adapter() -> None:
+async def test_a_retry_after_a_refusal_gets_the_ticket_and_the_refusal_is_not_discarded_by_the_adapter() -> (
+    None
+):
     loop = asyncio.get_running_loop()
     tk = tickets(max_queue=0)
     ep = tk.endpoint("a:1", loop)

@@ -6,12 +6,12 @@ grpc.aio upstream holding calls until the test lets them go: nothing sleeps."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from sidecar.testing.grpc_upstream import GrpcUpstream, Step
+from tests.metrics import until
 
 from .conftest import config, sidecar
 
@@ -23,14 +23,6 @@ def limited(endpoints: list[str], concurrency: dict[str, Any], policy: dict[str,
     cfg = config(endpoints, {"per_try_timeout": "60s", **(policy or {})})
     cfg["upstreams"]["u"]["concurrency"] = concurrency
     return cfg
-
-
-async def until(check: Callable[[], bool], what: str, bound: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + bound
-    while not check():
-        assert loop.time() < end, f"still not: {what}"
-        await asyncio.sleep(0.005)
 
 
 async def test_four_tickets_bound_the_upstream_from_32_clients() -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 
 from sidecar.testing.http_upstream import Fault, FaultyUpstream
+from tests.metrics import until
 
 from .conftest import config, sidecar
 
@@ -27,19 +27,11 @@ def limited(endpoints: list[str], concurrency: dict[str, Any], policy: dict[str,
     return cfg
 
 
-async def until(check: Callable[[], bool], what: str, bound: float = 20.0) -> None:
-    """Poll ``check`` (the sidecar's gauges are read at scrape time) for up to ``bound`` seconds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + bound
-    while not check():
-        assert loop.time() < end, f"still not: {what}"
-        await asyncio.sleep(0.005)
-
-
 async def test_four_tickets_bound_the_upstream_from_32_clients(client) -> None:
-    async with FaultyUpstream(hold=asyncio.Event()) as up, sidecar(
-        limited([up.endpoint], {"mode": "fixed", "initial": 4, "max_wait": "60s"})
-    ) as sc:
+    async with (
+        FaultyUpstream(hold=asyncio.Event()) as up,
+        sidecar(limited([up.endpoint], {"mode": "fixed", "initial": 4, "max_wait": "60s"})) as sc,
+    ):
         assert up.hold is not None
 
         async def one(i: int) -> int:
@@ -66,9 +58,10 @@ async def test_four_tickets_bound_the_upstream_from_32_clients(client) -> None:
 
 async def test_a_ticket_comes_back_when_the_per_try_timeout_cancels_its_attempt(client) -> None:
     policy = {"per_try_timeout": "200ms", "max_attempts": 2, "retry_on": ["timeout"]}
-    async with FaultyUpstream() as up, sidecar(
-        limited([up.endpoint], {"mode": "fixed", "initial": 2, "max_wait": "60s"}, policy)
-    ) as sc:
+    async with (
+        FaultyUpstream() as up,
+        sidecar(limited([up.endpoint], {"mode": "fixed", "initial": 2, "max_wait": "60s"}, policy)) as sc,
+    ):
         up.then(Fault(hang=True))
         # One read ticket: the retry gets it only if the timed-out attempt gave it back.
         async with client.get(sc.url + "/") as r:
@@ -81,7 +74,9 @@ async def test_a_ticket_comes_back_when_the_per_try_timeout_cancels_its_attempt(
 
 async def test_tickets_come_back_when_clients_go_away_holding_or_waiting(upstream) -> None:
     upstream.hold = asyncio.Event()
-    async with sidecar(limited([upstream.endpoint], {"mode": "fixed", "initial": 2, "max_wait": "60s"})) as sc:
+    async with sidecar(
+        limited([upstream.endpoint], {"mode": "fixed", "initial": 2, "max_wait": "60s"})
+    ) as sc:
         holding = await _send_get(sc.port, "/a")
         await upstream.wait_in_flight(1)
         waiting = await _send_get(sc.port, "/b")
@@ -115,9 +110,13 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 async def test_each_hedge_holds_its_own_ticket_and_the_loser_gives_it_back(client) -> None:
     hedge = {"hedging": {"max_attempts": 2, "delay": "0ms"}, "per_try_timeout": "30s"}
-    async with FaultyUpstream(hold=asyncio.Event()) as slow, FaultyUpstream() as fast, sidecar(
-        limited([slow.endpoint, fast.endpoint], {"mode": "fixed", "initial": 2, "max_wait": "60s"}, hedge)
-    ) as sc:  # rand 0: the slow one first
+    async with (
+        FaultyUpstream(hold=asyncio.Event()) as slow,
+        FaultyUpstream() as fast,
+        sidecar(
+            limited([slow.endpoint, fast.endpoint], {"mode": "fixed", "initial": 2, "max_wait": "60s"}, hedge)
+        ) as sc,
+    ):  # rand 0: the slow one first
         async with client.get(sc.url + "/") as r:
             assert r.status == 200
         await slow.wait_cancelled(1)
@@ -165,12 +164,15 @@ async def test_a_wait_longer_than_max_wait_is_refused(client, upstream) -> None:
 
 
 async def test_probing_raises_the_limit_while_tickets_are_exhausted(client) -> None:
-    async with FaultyUpstream(hold=asyncio.Event()) as up, sidecar(
-        limited(
-            [up.endpoint],
-            {"mode": "probing", "initial": 4, "min": 2, "max": 64, "interval": "20ms", "max_wait": "60s"},
-        )
-    ) as sc:
+    async with (
+        FaultyUpstream(hold=asyncio.Event()) as up,
+        sidecar(
+            limited(
+                [up.endpoint],
+                {"mode": "probing", "initial": 4, "min": 2, "max": 64, "interval": "20ms", "max_wait": "60s"},
+            )
+        ) as sc,
+    ):
         assert up.hold is not None
         calls = [asyncio.ensure_future(client.get(f"{sc.url}/{i}")) for i in range(40)]
         await up.wait_in_flight(2)
@@ -239,7 +241,9 @@ async def test_exempt_paths_take_no_ticket(client, upstream) -> None:
 
 async def test_the_wait_for_a_ticket_comes_out_of_the_deadline_sent_upstream(client, upstream) -> None:
     upstream.then(Fault(200, delay=0.4, body=b"slow"))  # the first holds the one read ticket for 400 ms
-    async with sidecar(limited([upstream.endpoint], {"mode": "fixed", "initial": 2, "max_wait": "60s"})) as sc:
+    async with sidecar(
+        limited([upstream.endpoint], {"mode": "fixed", "initial": 2, "max_wait": "60s"})
+    ) as sc:
         headers = {"X-YaTaxi-Client-TimeoutMs": "5000"}
         first = asyncio.ensure_future(client.get(sc.url + "/a", headers=headers))
         await upstream.wait_in_flight(1)

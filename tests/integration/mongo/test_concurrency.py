@@ -7,7 +7,6 @@ RetryableError; ping and the other exempt commands pass while the pool is exhaus
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from sidecar.testing.mongo.server import MongoTestServer
-from tests.metrics import metric
+from tests.metrics import metric, until
 
 from .conftest import config, in_thread, sidecar
 
@@ -24,19 +23,12 @@ def limited(endpoints: list[str], concurrency: dict[str, Any], policy: dict[str,
     return config(endpoints, policy, upstream={"concurrency": concurrency})
 
 
-async def until(check: Callable[[], bool], what: str, bound: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + bound
-    while not check():
-        assert loop.time() < end, f"still not: {what}"
-        await asyncio.sleep(0.005)
-
-
 async def test_four_tickets_bound_the_server_from_32_clients() -> None:
     loop = asyncio.get_running_loop()
-    async with MongoTestServer() as server, sidecar(
-        limited([server.endpoint], {"mode": "fixed", "initial": 4, "max_wait": "60s"})
-    ) as sc:
+    async with (
+        MongoTestServer() as server,
+        sidecar(limited([server.endpoint], {"mode": "fixed", "initial": 4, "max_wait": "60s"})) as sc,
+    ):
         client = sc.client()
         coll = client.test.items
         await in_thread(lambda: coll.insert_one({"_id": "seed"}))
@@ -65,7 +57,10 @@ async def test_four_tickets_bound_the_server_from_32_clients() -> None:
 async def test_a_full_queue_is_462_overloaded_while_exempt_commands_pass() -> None:
     loop = asyncio.get_running_loop()
     cc = {"mode": "fixed", "initial": 2, "max_queue": 0, "max_wait": "1s"}
-    async with MongoTestServer() as server, sidecar(limited([server.endpoint], cc, {"max_attempts": 1})) as sc:
+    async with (
+        MongoTestServer() as server,
+        sidecar(limited([server.endpoint], cc, {"max_attempts": 1})) as sc,
+    ):
         client = sc.client()
         coll = client.test.items
         await in_thread(lambda: coll.insert_one({"_id": 1}))
