@@ -58,9 +58,13 @@ class App:
             self.admin = AdminServer(
                 config.admin.listen,
                 registry=self.telemetry.metrics.registry,
-                ready=lambda: self.ready,
+                ready=self.is_ready,
                 effective_config=effective(config),
             )
+
+    def is_ready(self) -> bool:
+        """Started, not draining, and every listener accepting (a gRPC one being rebuilt is not)."""
+        return self.ready and all(lst.serving for lst in self.listeners)
 
     def address(self, listener: str) -> tuple[str, int]:
         for lst in self.listeners:

@@ -43,6 +43,10 @@ class HttpListener(ConnectionOwner):
     def address(self) -> tuple[str, int]:
         return self._address
 
+    @property
+    def serving(self) -> bool:
+        return self.server is not None and not self.stopping and bool(self.server.is_serving())
+
     def reconfigure(self, config: HttpListenerConfig, services: Services) -> None:
         """A reloaded config (same address): requests from now on are routed and retried under it; those in
         progress finish with the forwarder they began with. Pools of unchanged upstreams carry over; those of

@@ -76,6 +76,10 @@ class MongoListener:
         host, port = self._server.sockets[0].getsockname()[:2]
         return host, port
 
+    @property
+    def serving(self) -> bool:
+        return self._server is not None and self._server.is_serving()
+
     def reconfigure(self, config: MongoListenerConfig, services: Services) -> None:
         """A reloaded config whose upstream did not change (``reload.restart_reasons`` refuses that): the
         policy may have; commands from now on use it, those in progress finish under the old one."""
