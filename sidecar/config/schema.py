@@ -285,11 +285,15 @@ class GrpcListenerConfig(ListenerBase):
     method_timeouts: dict[str, Duration] = {}
     service_config: dict[str, Any] | str | None = None
     max_message_size: Size = 4 * 1024 * 1024
+    #: A connection with no call for this long gets GOAWAY (grpcio's max_connection_idle; Envoy's default).
+    idle_timeout: Duration = Field(3600.0, gt=0)
 
 
 class MongoListenerConfig(ListenerBase):
     protocol: Literal["mongodb"]
     max_message_size: Size = 48 * 1000 * 1000
+    idle_timeout: Duration = Field(600.0, gt=0)  # no request and no partial message this long: closed
+    message_timeout: Duration = Field(30.0, gt=0)  # a message begun must be complete this soon: closed
 
 
 ListenerConfig = Annotated[

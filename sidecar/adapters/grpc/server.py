@@ -112,6 +112,7 @@ class GrpcListener:
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", size),
+                ("grpc.max_connection_idle_ms", round(self.config.idle_timeout * 1000)),
             )
         )
         server.add_generic_rpc_handlers((self._handler,))

@@ -7,12 +7,18 @@ reader only learns of it on the next read). Messages the app sends ahead are que
 ``_QUEUE_LIMIT``, then reading pauses). A message that cannot be framed (length below 16 or above the
 listener's limit) closes the connection with a log line; so does any :class:`wire.ProtocolError` raised
 while handling one.
+
+Two timers (:class:`Limits`): a connection with nothing in progress (no request, no partial message) for
+``idle_timeout`` is closed quietly, as a driver's pool expects of a server; a message whose first bytes
+arrived must be complete within ``message_timeout``, else the connection is closed with a log line naming
+the peer (a stalled or trickling client would otherwise hold its buffer forever).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -27,18 +33,28 @@ _QUEUE_LIMIT = 16
 _BAD_INPUT = (wire.ProtocolError, CommandError, PatchError)
 
 
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What one app connection may hold, from its listener's config when it was accepted."""
+
+    max_size: int
+    idle_timeout: float
+    message_timeout: float
+
+
 class AppConnection(asyncio.Protocol):
     def __init__(
         self,
         conn_id: int,
         handler: Handler,
-        max_size: int,
+        limits: Limits,
         listener: str,
         connections: set[AppConnection],
     ) -> None:
         self.conn_id = conn_id
         self.handler = handler
-        self.max_size = max_size
+        self.limits = limits
+        self.max_size = limits.max_size
         self.listener = listener
         self.connections = connections
         self.transport: asyncio.Transport | None = None
@@ -51,6 +67,8 @@ class AppConnection(asyncio.Protocol):
         self.busy = False
         self.closed = False
         self.paused = False
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.message_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -62,8 +80,12 @@ class AppConnection(asyncio.Protocol):
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"mongo-app {self.peer}")
 
     def data_received(self, data: bytes) -> None:
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
         buf = self.buffer
         buf += data
+        framed = False
         while len(buf) >= wire.HEADER_SIZE:
             try:
                 header = wire.parse_header(buf, self.max_size)
@@ -75,6 +97,14 @@ class AppConnection(asyncio.Protocol):
             payload = bytes(buf[wire.HEADER_SIZE : header.length])
             del buf[: header.length]
             self.queue.append((header, payload))
+            framed = True
+        if framed and self.message_timer is not None:
+            self.message_timer.cancel()
+            self.message_timer = None
+        if buf and self.message_timer is None and not self.closed:
+            self.message_timer = asyncio.get_running_loop().call_later(
+                self.limits.message_timeout, self._message_expired
+            )
         if len(self.queue) >= _QUEUE_LIMIT and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
@@ -92,6 +122,9 @@ class AppConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.connections.discard(self)
+        for timer in (self.idle_timer, self.message_timer):
+            if timer is not None:
+                timer.cancel()
         if self.busy and self.task is not None:
             self.task.cancel()  # the app is gone: stop the request's attempts
         self._wake()
@@ -118,6 +151,8 @@ class AppConnection(asyncio.Protocol):
                 while not self.queue:
                     if self.closed:
                         return
+                    if not self.buffer and self.idle_timer is None:
+                        self.idle_timer = loop.call_later(self.limits.idle_timeout, self._idle_expired)
                     self.wakeup = loop.create_future()
                     await self.wakeup
                     self.wakeup = None
@@ -144,6 +179,35 @@ class AppConnection(asyncio.Protocol):
                 "mongodb listener %s: internal error on the connection from %s", self.listener, self.peer
             )
             self.close()
+
+    def _idle_expired(self) -> None:
+        self.idle_timer = None
+        if not self.busy and not self.queue and not self.buffer:
+            log.debug(
+                "mongodb listener %s: closing the connection from %s: idle for %gs",
+                self.listener,
+                self.peer,
+                self.limits.idle_timeout,
+            )
+            self.close()
+
+    def _message_expired(self) -> None:
+        self.message_timer = None
+        if not self.buffer:
+            return
+        size = int.from_bytes(self.buffer[:4], "little") if len(self.buffer) >= 4 else None
+        log.warning(
+            "mongodb listener %s: closing the connection from %s: a message it began %gs ago is still "
+            "incomplete (%d of %s bytes; message_timeout)",
+            self.listener,
+            self.peer,
+            self.limits.message_timeout,
+            len(self.buffer),
+            size if size is not None else "?",
+        )
+        self.queue.clear()
+        self.buffer.clear()
+        self.close()
 
     def refuse(self, reason: Exception) -> None:
         log.warning(

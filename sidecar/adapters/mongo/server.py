@@ -23,7 +23,7 @@ from ...config.units import split_host_port
 from ...services import Services
 from . import answer, wire
 from .commands import AUTH, HELLO, RAW, describe
-from .connection import AppConnection
+from .connection import AppConnection, Limits
 from .pinning import Pins
 from .request import Shared, forward
 from .topology import Topology
@@ -61,6 +61,7 @@ class MongoListener:
             server_selection_timeout=SERVER_SELECTION_TIMEOUT,
         )
         self._server: asyncio.Server | None = None
+        self._limits = _limits(config)
         self._connections: set[AppConnection] = set()
         self._inflight = 0
         self._idle = asyncio.Event()
@@ -82,9 +83,11 @@ class MongoListener:
 
     def reconfigure(self, config: MongoListenerConfig, services: Services) -> None:
         """A reloaded config whose upstream did not change (``reload.restart_reasons`` refuses that): the
-        policy may have; commands from now on use it, those in progress finish under the old one."""
+        policy may have; commands from now on use it, those in progress finish under the old one. New
+        timeouts apply to connections accepted from now on."""
         assert config.policy is not None
         self.config = config
+        self._limits = _limits(config)
         self.up = dataclasses.replace(
             self.up,
             runtime=services.upstream(config.upstream),
@@ -102,9 +105,10 @@ class MongoListener:
                 self.name,
                 self.config.listen,
             )
-        limit = self.config.max_message_size
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: AppConnection(next(self._conn_ids), self._message, limit, self.name, self._connections),
+            lambda: AppConnection(
+                next(self._conn_ids), self._message, self._limits, self.name, self._connections
+            ),
             host,
             port,
         )
@@ -204,6 +208,10 @@ class MongoListener:
             pool.discard(conn)
             return
         pool.release(conn)
+
+
+def _limits(config: MongoListenerConfig) -> Limits:
+    return Limits(config.max_message_size, config.idle_timeout, config.message_timeout)
 
 
 def _loopback(host: str) -> bool:
