@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .buffer_budget import BufferBudget
 from .config import Config, PolicyConfig, UpstreamConfig, retry_policy
 from .policy import (
     BudgetedThrottle,
@@ -112,6 +113,11 @@ class Services:
         for name, uc in config.upstreams.items():
             kept = previous.upstreams.get(name) if previous is not None else None
             self.upstreams[name] = kept if kept is not None and kept.config == uc else UpstreamRuntime(name, uc, telemetry)
+        # One budget for the process's life: a reload resizes it, what is held stays accounted.
+        self.buffers: BufferBudget = (
+            previous.buffers if previous is not None else BufferBudget(config.limits.max_buffered_bytes)
+        )
+        self.buffers.resize(config.limits.max_buffered_bytes)
 
     def policy(self, name: str) -> CompiledPolicy:
         return self.policies[name]

@@ -247,6 +247,8 @@ class ListenerBase(Base):
     listen: HostPort
     upstream: str
     policy: str | None = None  # None: the protocol's preset (http-default, grpc-a6, mongodb-backpressure)
+    #: Connections held at once; more wait in the kernel's backlog (HTTP, MongoDB) or are closed (gRPC).
+    max_connections: int = Field(4096, ge=1)
 
 
 class RouteMatch(Base):
@@ -323,6 +325,15 @@ class ShutdownConfig(Base):
     grace: Duration = 10.0
 
 
+class LimitsConfig(Base):
+    """Process-wide bounds (docs/hardening.md)."""
+
+    #: Bytes every listener's buffers may hold together (MongoDB messages being read, ...): a connection
+    #: that would pass it stops being read until room comes, and is closed if it stays stalled past its
+    #: timeout.
+    max_buffered_bytes: Size = Field(256 * 1024 * 1024, ge=1)
+
+
 # -- fleet (budgets shared through Redis: sidecar/fleet) ---------------------------------------------
 class FleetRedisConfig(Base):
     url: str = "redis://127.0.0.1:6379/0"  # redis:// or rediss:// (TLS); the password in the URL
@@ -370,6 +381,7 @@ class Config(Base):
     admin: AdminConfig = AdminConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     shutdown: ShutdownConfig = ShutdownConfig()
+    limits: LimitsConfig = LimitsConfig()
     policies: dict[str, PolicyConfig] = {}
     upstreams: dict[str, UpstreamConfig] = {}
     listeners: list[ListenerConfig] = []

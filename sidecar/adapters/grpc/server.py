@@ -113,6 +113,7 @@ class GrpcListener:
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", size),
                 ("grpc.max_connection_idle_ms", round(self.config.idle_timeout * 1000)),
+                ("grpc.max_allowed_incoming_connections", self.config.max_connections),
             )
         )
         server.add_generic_rpc_handlers((self._handler,))

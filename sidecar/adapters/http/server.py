@@ -10,6 +10,7 @@ from typing import Any, Final
 from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
 from ...services import Services
+from ..acceptor import Acceptor
 from .connection import ConnectionOwner, ServerConnection
 from .plan import DEFAULT_REPLAY_BUFFER
 from .request import Forwarder
@@ -30,7 +31,7 @@ class HttpListener(ConnectionOwner):
         self._address: tuple[str, int] = (self.host, self.port)
         self.connections: set[ServerConnection] = set()
         self.stopping = False
-        self.server: asyncio.base_events.Server | None = None
+        self.server: Acceptor | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self._drained: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
@@ -66,6 +67,8 @@ class HttpListener(ConnectionOwner):
         self.forwarder = forwarder
         self.replay_limit = _replay_limit(config, services)
         self.max_header_size = config.max_header_size
+        if self.server is not None:
+            self.server.max_connections = config.max_connections
 
     async def start(self) -> None:
         loop = self.loop = asyncio.get_running_loop()
@@ -73,9 +76,13 @@ class HttpListener(ConnectionOwner):
         def connection() -> Any:  # an asyncio protocol by its methods, not by inheritance
             return ServerConnection(self, loop)
 
-        # Any: uvloop's Server.sockets is a list where the stubs say tuple (compiled code checks).
-        server: Any = await loop.create_server(
-            connection, self.host, self.port, reuse_address=True, backlog=1024
+        server: Any = await Acceptor.start(
+            self.name,
+            connection,
+            self.host,
+            self.port,
+            max_connections=self.config.max_connections,
+            count=self.connections.__len__,
         )
         self.server = server
         self._address = tuple(server.sockets[0].getsockname()[:2])
@@ -119,6 +126,8 @@ class HttpListener(ConnectionOwner):
 
     def connection_closed(self, conn: ServerConnection) -> None:
         self.connections.discard(conn)
+        if self.server is not None:
+            self.server.room()
 
     def connection_idle(self, conn: ServerConnection) -> None:
         if self._drained is not None and not any(c.busy for c in self.connections):

@@ -21,6 +21,7 @@ from bson.raw_bson import RawBSONDocument
 from ...config.schema import MongoListenerConfig
 from ...config.units import split_host_port
 from ...services import Services
+from ..acceptor import Acceptor
 from . import answer, wire
 from .commands import AUTH, HELLO, RAW, describe
 from .connection import AppConnection, Limits
@@ -60,7 +61,7 @@ class MongoListener:
             listener=config.name,
             server_selection_timeout=SERVER_SELECTION_TIMEOUT,
         )
-        self._server: asyncio.Server | None = None
+        self._server: Acceptor | None = None
         self._limits = _limits(config)
         self._connections: set[AppConnection] = set()
         self._inflight = 0
@@ -88,6 +89,8 @@ class MongoListener:
         assert config.policy is not None
         self.config = config
         self._limits = _limits(config)
+        if self._server is not None:
+            self._server.max_connections = config.max_connections
         self.up = dataclasses.replace(
             self.up,
             runtime=services.upstream(config.upstream),
@@ -105,12 +108,21 @@ class MongoListener:
                 self.name,
                 self.config.listen,
             )
-        self._server = await asyncio.get_running_loop().create_server(
+        self._server = await Acceptor.start(
+            self.name,
             lambda: AppConnection(
-                next(self._conn_ids), self._message, self._limits, self.name, self._connections
+                next(self._conn_ids),
+                self._message,
+                self._limits,
+                self.name,
+                self._connections,
+                self.up.services.buffers,
+                self._room,
             ),
             host,
             port,
+            max_connections=self.config.max_connections,
+            count=self._connections.__len__,
         )
 
     async def stop(self, grace: float) -> None:
@@ -130,6 +142,10 @@ class MongoListener:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
                     await self._server.wait_closed()
+
+    def _room(self) -> None:
+        if self._server is not None:
+            self._server.room()
 
     # -- what each app connection hands over -----------------------------------------------------------
     async def _message(self, conn_id: int, header: wire.Header, payload: bytes) -> bytes | None:

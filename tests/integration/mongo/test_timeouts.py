@@ -48,7 +48,8 @@ async def test_a_stalled_message_is_cut_with_a_log_line_naming_the_peer(
         try:
             await in_thread(lambda: client.test.c.insert_one({"a": 1}))
             reader, writer = await asyncio.open_connection(sc.host, sc.port)
-            peer = "%s:%d" % writer.get_extra_info("sockname")[:2]
+            local_host, local_port = writer.get_extra_info("sockname")[:2]
+            peer = f"{local_host}:{local_port}"
             with caplog.at_level(logging.WARNING, logger="sidecar.mongo"):
                 writer.write(struct.pack("<iiii", 100, 1, 0, wire.OP_MSG) + b"\x00" * 4)  # 20 of 100 bytes
                 await writer.drain()
