@@ -16,6 +16,7 @@ import ipaddress
 import itertools
 import logging
 
+from bson.errors import BSONError
 from bson.raw_bson import RawBSONDocument
 
 from ...config.schema import MongoListenerConfig
@@ -183,14 +184,25 @@ class MongoListener:
                 self._idle.set()
 
     def _legacy(self, conn_id: int, header: wire.Header, q: wire.Query) -> bytes:
-        doc = RawBSONDocument(q.query, RAW)
-        inner = doc.get("$query")
-        if isinstance(inner, RawBSONDocument):
-            doc = inner
-        name = next(iter(doc), "")
-        if q.collection.endswith(".$cmd") and name in HELLO:
-            body = answer.hello_reply(doc, self.up.topology.facts(), conn_id)
-        else:
+        try:
+            doc = RawBSONDocument(q.query, RAW)
+            inner = doc.get("$query")
+            if isinstance(inner, RawBSONDocument):
+                doc = inner
+            name = next(iter(doc), "")
+            hello = q.collection.endswith(".$cmd") and name in HELLO
+            body = answer.hello_reply(doc, self.up.topology.facts(), conn_id) if hello else b""
+        except (BSONError, ValueError) as e:  # the framing held, the document inside did not
+            log.warning(
+                "mongodb listener %s: connection %d sent an OP_QUERY whose document is not valid BSON (%s); "
+                "answered with an error",
+                self.name,
+                conn_id,
+                e,
+            )
+            body = answer.error_doc(22, "InvalidBSON", f"the OP_QUERY document is not valid BSON: {e}")
+            return wire.encode_reply(wire.next_request_id(), header.request_id, [body])
+        if not hello:
             body = answer.error_doc(
                 352,
                 "UnsupportedOpQueryCommand",
