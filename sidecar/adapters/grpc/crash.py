@@ -9,6 +9,12 @@ offers no callback for it; what it does do, at once and in the loop's thread, is
 record wakes it, a short poll backs it up), and the filter installed by :func:`watch_logs` keeps grpcio's
 own reports of the crash (its log line and asyncio's "Task exception was never retrieved" traceback for
 its shutdown task) out of the log: the listener logs the cause itself, once, with what it did about it.
+
+The same filter shortens two more grpcio reports of things it handled, to one line without the traceback
+(so that a client's bad input is one line in the log, as every other bad input is): a metadata value that is
+not UTF-8, which grpcio decodes as latin-1 ("Invalid encoding on ..."), and a call's final status that
+could not be sent because the client's stream was already gone ("ExecuteBatchError raised in core by
+servicer method ...": grpcio ignores that case only when it noticed the client leave first).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import grpc
 #: How often a server's state is checked besides the wake-up by grpcio's log record.
 POLL = 0.05
 _GRPC_LOGGER = "grpc._cython.cygrpc"
+_HANDLED = ("Invalid encoding on ", "ExecuteBatchError raised in core by servicer method")
 _causes: list[BaseException] = []  # the latest crash causes grpcio reported, newest last (a few at most)
 _waiters: set[asyncio.Future[None]] = set()
 _installed = False
@@ -40,6 +47,11 @@ class _CrashReports(logging.Filter):
     """Drops grpcio's reports of its server loop's death (the listener reports it) and wakes the watchers."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == _GRPC_LOGGER and isinstance(record.msg, str) and record.msg.startswith(_HANDLED):
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return True
         exc: Any = record.msg if isinstance(record.msg, BaseException) else None
         if exc is None and record.exc_info:
             exc = record.exc_info[1]

@@ -10,7 +10,7 @@ import grpc
 from sidecar.app import App
 from sidecar.config import load_dict
 from sidecar.testing.grpc_upstream import GrpcUpstream
-from tests.h2frames import PREFACE, SETTINGS, frame
+from sidecar.testing.h2frames import PREFACE, SETTINGS, frame
 
 from .conftest import config
 

@@ -7,7 +7,7 @@ import asyncio
 from sidecar.app import App
 from sidecar.config import load_dict
 from sidecar.testing.grpc_upstream import GrpcUpstream
-from tests.h2frames import GOAWAY, PREFACE, SETTINGS, frame
+from sidecar.testing.h2frames import GOAWAY, PREFACE, SETTINGS, frame
 
 from .conftest import config
 

@@ -14,7 +14,7 @@ import pytest
 from sidecar.app import App
 from sidecar.config import load_dict
 from sidecar.testing.grpc_upstream import GrpcUpstream, Step
-from tests.h2frames import grpc_call, send_raw
+from sidecar.testing.h2frames import grpc_call, send_raw
 
 from .conftest import config
 
