@@ -18,7 +18,7 @@ from sidecar.testing.fuzz.inputs import FORMATS
 from sidecar.testing.fuzz.run import fuzz_format, running
 
 SEED = int(os.environ.get("FUZZ_SEED", "16"))
-COUNT = int(os.environ.get("FUZZ_COUNT", "3000"))
+COUNT = int(os.environ.get("FUZZ_COUNT", "5000"))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
