@@ -32,13 +32,22 @@ class BufferBudget:
         self.used += n
         return True
 
+    def charge(self, n: int) -> None:
+        """Account for ``n`` bytes already in hand (a message read whole by a library): the caller stops
+        reading more while :meth:`full`; this may pass the capacity by what was in hand."""
+        self.used += n
+
+    def full(self) -> bool:
+        return self.used >= self.capacity
+
     def release(self, n: int) -> None:
         self.used -= n
         assert self.used >= 0, "released more buffer bytes than were reserved"
         self._serve()
 
     def wait(self, n: int, granted: Callable[[], None]) -> int:
-        """Call ``granted()`` once ``n`` bytes are reserved for the caller; a ticket for ``cancel``."""
+        """Call ``granted()`` once ``n`` bytes are reserved for the caller (``n`` 0: once the budget is not
+        :meth:`full`); a ticket for ``cancel``."""
         self._next += 1
         self._waiters[self._next] = (n, granted)
         self._serve()
@@ -54,7 +63,7 @@ class BufferBudget:
 
     def _serve(self) -> None:
         for ticket, (n, granted) in list(self._waiters.items()):
-            if self.used + n <= self.capacity:
+            if (self.used + n <= self.capacity) if n else self.used < self.capacity:
                 del self._waiters[ticket]
                 self.used += n
                 granted()

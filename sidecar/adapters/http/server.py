@@ -37,6 +37,7 @@ class HttpListener(ConnectionOwner):
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.forwarder = Forwarder(config, services)
         self.replay_limit = _replay_limit(config, services)
+        self.buffers = services.buffers
         self.max_header_size = config.max_header_size
         self._rejected = services.telemetry.metrics.listener(config.name)
 
