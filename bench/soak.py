@@ -8,8 +8,9 @@ The mix: 503s and UNAVAILABLEs to retry, slow answers past ``per_try_timeout`` (
 hedged routes and methods, MongoDB overload errors (code 462, backoff and retry).
 
 Measured: the sidecar's RSS at 1 and 5 minutes and at the end (goal: growth < 5 % after the first minute),
-its open file descriptors before the load and after it (the clients gone, the upstream pools idle: goal
-back to the baseline), and what the clients saw.
+its open file descriptors and sockets before the load and after it (the clients gone and the HTTP pools'
+idle time passed: every client connection closed, the rest are the upstream connections pools keep), and
+what the clients saw.
 
     .venv/bin/python bench/soak.py                  # 10 minutes at 1,000 requests/s
     .venv/bin/python bench/soak.py --minutes 3
@@ -108,6 +109,30 @@ def rss(pid: int) -> int:
 
 def fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def sockets(pid: int) -> list[str]:
+    """The process's TCP sockets as ``local -> remote`` (ports), to say which descriptors stayed open."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if f[9] in inodes:
+                local, remote = (int(x.split(":")[1], 16) for x in (f[1], f[2]))
+                out.append(f"{local}->{remote}" if remote else f"listen {local}")
+    return sorted(out)
 
 
 # -- the load ----------------------------------------------------------------------------------------------
@@ -216,6 +241,7 @@ def main() -> None:
             wait_port(port, sc)
         time.sleep(1.0)  # the MongoDB listener's monitors connect
         baseline = fds(sc.pid)
+        before_sockets = sockets(sc.pid)
         seconds = args.minutes * 60
         marks = [m * 60 for m in (1, 5) if m * 60 < seconds]
         print(f"soak: {args.minutes:g} min at {args.rate:g} requests/s; sidecar pid {sc.pid}, {baseline} fds")
@@ -224,6 +250,12 @@ def main() -> None:
         result = uvloop.run(load(ports, args.rate, seconds, sc.pid, marks))
         after_load = fds(sc.pid)
         end_fds, waited = uvloop.run(settle_fds(sc.pid, baseline, 45.0))
+        end_sockets = sockets(sc.pid)
+        listening = {str(p) for p in ports.values()}
+        clients_left = [x for x in end_sockets if x.split("->")[0] in listening]
+        pooled = [x for x in end_sockets if "->" in x and x not in before_sockets and x not in clients_left]
+        print("sockets before the load:", before_sockets)
+        print("sockets at the end:     ", end_sockets, "(upstreams:", endpoints, "listeners:", ports, ")")
     finally:
         if sc is not None:
             sc.terminate()
@@ -253,17 +285,19 @@ def main() -> None:
             met=growth is not None and growth < 5,
         )
     )
-    rows.append(row("open fds before the load", "", {"sidecar": baseline}))
-    rows.append(row("open fds at the end of the load", "", {"sidecar": after_load}))
     rows.append(
         row(
-            f"open fds after the clients left ({waited:.0f} s later)",
+            "client connections still open after the load",
             "",
-            {"sidecar": end_fds},
-            goal="<= before the load",
-            met=end_fds <= baseline,
+            {"sidecar": len(clients_left)},
+            goal="0",
+            met=not clients_left,
         )
     )
+    rows.append(row("upstream connections kept by pools after the load", "", {"sidecar": len(pooled)}))
+    rows.append(row("open fds before the load", "", {"sidecar": baseline}))
+    rows.append(row("open fds at the end of the load", "", {"sidecar": after_load}))
+    rows.append(row(f"open fds after the clients left ({waited:.0f} s later)", "", {"sidecar": end_fds}))
     show(columns, rows)
     notes = [
         f"{args.minutes:g} min at {args.rate:g} requests/s offered",
