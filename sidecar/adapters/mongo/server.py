@@ -35,6 +35,9 @@ log = logging.getLogger("sidecar.mongo")
 
 #: How long a command waits for a server that fits it (a primary during an election), at most.
 SERVER_SELECTION_TIMEOUT = 10.0
+#: Pooled upstream connections idle this long are closed (a burst's extra connections do not stay forever).
+POOL_IDLE_TIMEOUT = 30.0
+SWEEP_EVERY = 1.0
 _AUTH_REFUSED = (
     "retry-sidecar does not authenticate applications: it authenticates to the upstream itself "
     "(upstreams.<name>.auth). Connect to the sidecar without credentials."
@@ -70,6 +73,7 @@ class MongoListener:
         self._idle.set()
         self._conn_ids = itertools.count(1)
         self._background: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -125,8 +129,16 @@ class MongoListener:
             max_connections=self.config.max_connections,
             count=self._connections.__len__,
         )
+        self._sweeper = asyncio.get_running_loop().call_later(SWEEP_EVERY, self._sweep)
+
+    def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.up.pools.sweep(loop.time(), POOL_IDLE_TIMEOUT)
+        self._sweeper = loop.call_later(SWEEP_EVERY, self._sweep)
 
     async def stop(self, grace: float) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
         if self._inflight:

@@ -93,3 +93,23 @@ def test_timeouts_must_be_positive(key: str, value: str) -> None:
     with pytest.raises(ConfigError) as e:
         load_dict(config(["127.0.0.1:1"], listener={key: value}), {})
     assert f"listeners[0].{key}" in str(e.value.render())
+
+
+async def test_idle_upstream_connections_are_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst opens several upstream connections; once idle past the pool's idle time they are closed."""
+    from sidecar.adapters.mongo import server as mongo_server
+
+    async with MongoTestServer("mongos") as up, sidecar(config([up.endpoint])) as sc:
+        clients = [sc.client() for _ in range(4)]
+        try:
+            up.fail_command(["find"], times=4, block_connection=True, block_time_ms=300)
+            await asyncio.gather(*(in_thread(lambda c=c: c.test.c.find_one({})) for c in clients))
+            pool = sc.app.listeners[0].up.pools.get(up.endpoint)
+            assert len(pool.idle) >= 2  # the burst needed more than one
+            monkeypatch.setattr(mongo_server, "POOL_IDLE_TIMEOUT", 0.05)
+            async with asyncio.timeout(10):
+                while pool.idle:
+                    await asyncio.sleep(0.02)
+        finally:
+            for c in clients:
+                await in_thread(c.close)
