@@ -47,26 +47,26 @@ def serve() -> None:
 
     def grpc_step(method: str) -> Step:
         r = rng.random()
-        if r < 0.04:
+        if r < 0.03:
             return Step(code=grpc.StatusCode.UNAVAILABLE, details="injected")
-        if r < 0.06:
-            return Step(delay=0.3)  # past the per-try timeout
+        if r < 0.04:
+            return Step(delay=0.5)  # past the per-try timeout
         return Step(delay=0.002)
 
     async def main() -> None:
         async with (
             FaultyUpstream(
                 latency=0.002,
-                slow_fraction=0.02,
-                slow_factor=150,  # 0.3 s: past the per-try timeout
-                fail_rate=0.04,
+                slow_fraction=0.01,
+                slow_factor=250,  # 0.5 s: past the per-try timeout
+                fail_rate=0.03,
                 fail=Fault(status=503),
                 keep_records=False,
             ) as http,
             GrpcUpstream(grpc_step, keep_records=False) as grpc_up,
             MongoTestServer("mongos") as mongo,
         ):
-            mongo.limit_rate(250.0, burst_seconds=0.2)  # over it: code 462 overload errors
+            mongo.limit_rate(400.0, burst_seconds=0.1)  # bursts over it: code 462 overload errors
             print(
                 json.dumps({"http": http.endpoint, "grpc": grpc_up.endpoint, "mongodb": mongo.endpoint}),
                 flush=True,
@@ -83,10 +83,10 @@ def sidecar_config(endpoints: dict[str, str], ports: dict[str, int]) -> str:
     return f"""
 admin: {{listen: null}}
 policies:
-  http-soak: {{extends: http-default, per_try_timeout: 100ms, max_attempts: 3}}
-  http-hedged: {{extends: http-default, per_try_timeout: 150ms, hedging: {{max_attempts: 2, delay: 50ms}}}}
-  grpc-soak: {{extends: grpc-a6, per_try_timeout: 100ms, max_attempts: 3}}
-  grpc-hedged: {{extends: grpc-a6, per_try_timeout: 150ms, hedging: {{max_attempts: 2, delay: 50ms}}}}
+  http-soak: {{extends: http-default, per_try_timeout: 250ms, max_attempts: 3}}
+  http-hedged: {{extends: http-default, per_try_timeout: 300ms, hedging: {{max_attempts: 2, delay: 100ms}}}}
+  grpc-soak: {{extends: grpc-a6, per_try_timeout: 250ms, max_attempts: 3}}
+  grpc-hedged: {{extends: grpc-a6, per_try_timeout: 300ms, hedging: {{max_attempts: 2, delay: 100ms}}}}
 upstreams:
   web: {{endpoints: ["{endpoints["http"]}"]}}
   rpc: {{endpoints: ["{endpoints["grpc"]}"]}}
