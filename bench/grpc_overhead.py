@@ -1,5 +1,9 @@
 """gRPC overhead of the sidecar: unary calls/s and latency through it versus direct, in one run.
 
+Two sidecars are measured beside the direct target: one forwarding every call as a stream (the default:
+any call shape, each message forwarded as it arrives), one with ``unary_requests: ["*"]`` (the listener is
+told every method takes one request message: grpc's single-request form upstream).
+
     .venv/bin/python bench/grpc_overhead.py [--runs 5] [--duration 5] [--concurrency 32]
 
 Three processes: the upstream (``sidecar.testing.grpc_upstream``, answers at once with an echo), the
@@ -165,17 +169,21 @@ def h2load(port: int, duration: float, concurrency: int, body: Path) -> float | 
     return None
 
 
-def sidecar_conf(tmp: Path, port: int, upstream: int) -> Path:
-    conf = tmp / "sidecar.yaml"
+def sidecar_conf(tmp: Path, port: int, upstream: int, unary: bool) -> Path:
+    conf = tmp / f"sidecar-{port}.yaml"
+    extra = ', unary_requests: ["*"]' if unary else ""
     conf.write_text(
         f"""admin: {{listen: null}}
 upstreams:
   echo: {{endpoints: ["127.0.0.1:{upstream}"]}}
 listeners:
-  - {{name: bench, protocol: grpc, listen: "127.0.0.1:{port}", upstream: echo, policy: grpc-a6}}
+  - {{name: bench, protocol: grpc, listen: "127.0.0.1:{port}", upstream: echo, policy: grpc-a6{extra}}}
 """
     )
     return conf
+
+
+SIDECARS = ("sidecar", "unary")  # streamed (the default) / unary_requests: ["*"]
 
 
 def spread(values: list[float]) -> dict:
@@ -192,35 +200,40 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--concurrency", type=int, default=32)
     args = ap.parse_args()
-    up_port, sc_port = free_port(), free_port()
+    up_port = free_port()
+    ports = {"direct": up_port, **{name: free_port() for name in SIDECARS}}
     with tempfile.TemporaryDirectory() as tmp:
         body = Path(tmp) / "request.bin"
         body.write_bytes(b"\x00" + (64).to_bytes(4, "big") + b"x" * 64)  # one gRPC message frame
         upstream = start([PY, __file__, "upstream", str(up_port)], cpu=1)
-        sidecar = start(
-            [
-                str(Path(PY).parent / "sidecar"),
-                "run",
-                "-c",
-                str(sidecar_conf(Path(tmp), sc_port, up_port)),
-                "--log-level",
-                "warning",
-            ],
-            cpu=0,
-        )
+        procs = {
+            name: start(
+                [
+                    str(Path(PY).parent / "sidecar"),
+                    "run",
+                    "-c",
+                    str(sidecar_conf(Path(tmp), ports[name], up_port, unary=name == "unary")),
+                    "--log-level",
+                    "warning",
+                ],
+                cpu=0,
+            )
+            for name in SIDECARS
+        }
         try:
             wait_port(up_port, upstream)
-            wait_port(sc_port, sidecar)
-            runs: dict[str, list[dict]] = {"direct": [], "sidecar": []}
-            targets = {"direct": f"127.0.0.1:{up_port}", "sidecar": f"127.0.0.1:{sc_port}"}
-            ports = {"direct": up_port, "sidecar": sc_port}
+            for name in SIDECARS:
+                wait_port(ports[name], procs[name])
+            runs: dict[str, list[dict]] = {"direct": [], **{name: [] for name in SIDECARS}}
+            targets = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
             for i in range(args.runs):
-                order = ["direct", "sidecar"] if i % 2 == 0 else ["sidecar", "direct"]
+                order = ["direct", *SIDECARS] if i % 2 == 0 else [*reversed(SIDECARS), "direct"]
                 for name in order:
-                    cpu0 = cpu_seconds(sidecar.pid)
+                    proc = procs.get(name)
+                    cpu0 = cpu_seconds(proc.pid) if proc is not None else 0.0
                     r = load(targets[name], args.duration, args.concurrency)
-                    if name == "sidecar":
-                        r["cpu_us_per_call"] = (cpu_seconds(sidecar.pid) - cpu0) / (r["calls"] + WARMUP) * 1e6
+                    if proc is not None:
+                        r["cpu_us_per_call"] = (cpu_seconds(proc.pid) - cpu0) / (r["calls"] + WARMUP) * 1e6
                     r["serial_p50_ms"] = load(targets[name], min(2.0, args.duration), 1)["p50_ms"]
                     r["h2load_calls_per_s"] = h2load(ports[name], args.duration, args.concurrency, body)
                     runs[name].append(r)
@@ -228,11 +241,12 @@ def main() -> None:
                         f"run {i + 1} {name:>7}: {r['calls_per_s']:8.0f} calls/s  p50 {r['p50_ms']:6.2f} ms  "
                         f"p99 {r['p99_ms']:6.2f} ms  errors {r['errors']}; one in flight: p50 {r['serial_p50_ms']:.3f} ms; "
                         f"h2load {r['h2load_calls_per_s']} calls/s"
-                        + (f"; sidecar CPU {r['cpu_us_per_call']:.0f} us/call" if name == "sidecar" else ""),
+                        + (f"; sidecar CPU {r['cpu_us_per_call']:.0f} us/call" if proc is not None else ""),
                         flush=True,
                     )
         finally:
-            stop(sidecar)
+            for proc in procs.values():
+                stop(proc)
             stop(upstream)
     ratios = [
         s["calls_per_s"] / d["calls_per_s"] for d, s in zip(runs["direct"], runs["sidecar"], strict=True)
@@ -258,6 +272,22 @@ def main() -> None:
         "ratio_calls_per_s": spread(ratios),
         "added_p50_ms_one_in_flight": spread(added),
         "sidecar_cpu_us_per_call": spread([r["cpu_us_per_call"] for r in runs["sidecar"]]),
+        "unary_requests": {
+            "calls_per_s": spread([r["calls_per_s"] for r in runs["unary"]]),
+            "ratio_calls_per_s": spread(
+                [
+                    u["calls_per_s"] / d["calls_per_s"]
+                    for d, u in zip(runs["direct"], runs["unary"], strict=True)
+                ]
+            ),
+            "sidecar_cpu_us_per_call": spread([r["cpu_us_per_call"] for r in runs["unary"]]),
+            "cpu_vs_streamed": spread(
+                [
+                    u["cpu_us_per_call"] / s["cpu_us_per_call"]
+                    for s, u in zip(runs["sidecar"], runs["unary"], strict=True)
+                ]
+            ),
+        },
         "h2load": None
         if not h2
         else {
@@ -265,7 +295,7 @@ def main() -> None:
             "sidecar_calls_per_s": spread([r["h2load_calls_per_s"] for r in runs["sidecar"]]),
             "ratio_calls_per_s": spread(h2),
         },
-        "errors": sum(r["errors"] for r in runs["direct"] + runs["sidecar"]),
+        "errors": sum(r["errors"] for rs in runs.values() for r in rs),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
@@ -280,6 +310,13 @@ def main() -> None:
         f"{summary['added_p50_ms_one_in_flight']['median']:.3f} ms); sidecar CPU "
         f"{summary['sidecar_cpu_us_per_call']['median']:.0f} us/call (runs {summary['sidecar_cpu_us_per_call']['min']:.0f}-"
         f"{summary['sidecar_cpu_us_per_call']['max']:.0f}). Wrote {RESULTS.relative_to(ROOT)}"
+    )
+    un = summary["unary_requests"]
+    print(
+        f"with unary_requests: {un['calls_per_s']['median']:.0f} calls/s = {un['ratio_calls_per_s']['median']:.0%} "
+        f"of direct; sidecar CPU {un['sidecar_cpu_us_per_call']['median']:.0f} us/call = "
+        f"{un['cpu_vs_streamed']['median']:.2f}x the streamed form's (runs {un['cpu_vs_streamed']['min']:.2f}-"
+        f"{un['cpu_vs_streamed']['max']:.2f})"
     )
     if summary["h2load"]:
         h = summary["h2load"]

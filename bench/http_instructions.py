@@ -11,7 +11,10 @@ instructions being cheaper (compiled C over compact buffers, against Python obje
 
 Needs valgrind and nginx (``apt-get install -y valgrind nginx haproxy``); takes about a minute.
 
-    .venv/bin/python bench/http_instructions.py [--requests 2000]
+    .venv/bin/python bench/http_instructions.py [--requests 2000] [--admission]
+
+``--admission`` gives the sidecar's listener a request rate limit it never reaches (admission, issue 12):
+the cost of the request gate on every request.
 """
 
 from __future__ import annotations
@@ -86,6 +89,9 @@ def main() -> int:
     ap.add_argument(
         "--start-timeout", type=float, default=120, help="seconds to wait for a proxy to start under valgrind"
     )
+    ap.add_argument(
+        "--admission", action="store_true", help="give the listener a request rate limit it never reaches"
+    )
     args = ap.parse_args()
     for tool in ("valgrind", "callgrind_control", "nginx", "haproxy", "taskset"):
         if shutil.which(tool) is None:
@@ -97,7 +103,11 @@ def main() -> int:
         nginx = start(["nginx", "-c", str(nginx_conf(tmp, up))], 1)
         try:
             wait_port(up, nginx)
-            sidecar = [str(ROOT / ".venv" / "bin" / "sidecar"), "run", "-c", str(sidecar_conf(tmp, sp, up))]
+            conf = sidecar_conf(tmp, sp, up)
+            if args.admission:
+                text = conf.read_text().replace("policy: http-default}", "policy: http-default, admission: gate}")
+                conf.write_text(text + "admission:\n  gate: {requests: {rate: 1000000000, burst: 1s}}\n")
+            sidecar = [str(ROOT / ".venv" / "bin" / "sidecar"), "run", "-c", str(conf)]
             per = {
                 "haproxy": count(
                     "haproxy",

@@ -3,16 +3,19 @@
 The article's experiment with real processes: 1000 clients, a server with the seed's latency law, stopped
 (SIGSTOP) for 10 s. Fixed-interval clients get 60 s after the outage to recover, backoff and sidecar 25 s.
 Compared in one run of this script: recovery time, peak server in-flight and retry amplification, per
-strategy (medians of the three runs, with their spread).
+strategy (medians of the three runs, with their spread). ``sidecar+tickets`` is the sidecar with issue 12's
+execution control on its upstream (``CONCURRENCY``, or ``--concurrency``).
 
-    .venv/bin/python bench/recovery.py [--runs 3]
+    .venv/bin/python bench/recovery.py [--runs 3] [--strategies sidecar sidecar+tickets]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
+import yaml
 from common import RESULTS, machine, median, row, say, show, spread, write
 
 from sidecar.simulate import scenario as scenarios
@@ -20,8 +23,11 @@ from sidecar.simulate.plot import save
 from sidecar.simulate.report import Report, result
 from sidecar.simulate.run import run_one
 
-STRATEGIES = ("fixed", "backoff", "sidecar")
-AFTER = {"fixed": 60, "backoff": 25, "sidecar": 25}  # seconds of run after the outage ends
+STRATEGIES = ("fixed", "backoff", "sidecar", "sidecar+tickets")
+AFTER = {"fixed": 60, "backoff": 25, "sidecar": 25, "sidecar+tickets": 25}  # seconds of run after the outage
+#: The upstream's concurrency block of ``sidecar+tickets``: probing around the server's limit of 30, refusing
+#: what cannot have a ticket at once (a queue only holds requests the stopped server cannot serve).
+CONCURRENCY = {"mode": "probing", "initial": 30, "min": 4, "max": 60, "max_queue": 0, "max_wait": "0s"}
 COMPRESSED = {"warmup": "3s", "outage": {"start": "10s", "duration": "10s"}}
 
 
@@ -29,19 +35,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--engine", default="live", choices=("live", "des"))
+    ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
+    ap.add_argument("--concurrency", default=None, help="YAML: the concurrency block of sidecar+tickets")
     args = ap.parse_args()
+    concurrency = CONCURRENCY if args.concurrency is None else yaml.safe_load(args.concurrency)
+    strategies = tuple(args.strategies)
     started = machine()
     t0 = time.monotonic()
-    summaries: dict[str, list] = {s: [] for s in STRATEGIES}
+    summaries: dict[str, list] = {s: [] for s in strategies}
     firsts = {}
     limit = None
-    for strategy in STRATEGIES:
+    for strategy in strategies:
         for i in range(args.runs):
-            sc = scenarios.load(
-                "seed-crash", {**COMPRESSED, "seed": i + 1, "duration": f"{20 + AFTER[strategy]}s"}
-            )
+            overrides = {**COMPRESSED, "seed": i + 1, "duration": f"{20 + AFTER[strategy]}s"}
+            if strategy == "sidecar+tickets":
+                overrides["sidecar"] = {"upstream": {"concurrency": concurrency}}
+            sc = scenarios.load("seed-crash", overrides)
             limit = sc.server.concurrency_limit
-            res = result(strategy, run_one(sc, args.engine, strategy), sc)
+            engine_strategy = "sidecar" if strategy == "sidecar+tickets" else strategy
+            res = result(strategy, run_one(sc, args.engine, engine_strategy), sc)
             summaries[strategy].append(res.summary)
             firsts.setdefault(strategy, (sc, res))
             s = res.summary
@@ -59,62 +71,107 @@ def main() -> None:
     def spr(attr: str) -> dict:
         return {k: spread([getattr(s, attr) for s in v]) for k, v in summaries.items()}
 
-    recovered = {k: f"{sum(s.recovered for s in v)}/{len(v)}" for k, v in summaries.items()}
-    fixed_never = not any(s.recovered for s in summaries["fixed"])
-    sidecar_fast = all(s.recovered and s.recovery_s <= 5 for s in summaries["sidecar"])
-    peak = col("peak_inflight")
-    sidecar_peak_ok = all(s.peak_inflight < 3 * limit for s in summaries["sidecar"])
+    measured = {
+        "runs recovered": {k: f"{sum(s.recovered for s in v)}/{len(v)}" for k, v in summaries.items()},
+        "recovery after the outage (median)": col("recovery_s"),
+        "peak server in-flight (median)": col("peak_inflight"),
+        "amplification during the outage": col("amplification_outage"),
+        "amplification 30 s after": col("amplification_after"),
+        "client success rate": col("success_rate"),
+    }
+    spreads = {
+        "recovery after the outage (median)": spr("recovery_s"),
+        "peak server in-flight (median)": spr("peak_inflight"),
+        "amplification during the outage": spr("amplification_outage"),
+        "amplification 30 s after": spr("amplification_after"),
+        "client success rate": spr("success_rate"),
+    }
+    kept = previous(strategies) if set(strategies) != set(STRATEGIES) else {}
+    for metric, old in kept.items():  # columns not run this time: the last full run's figures
+        measured.setdefault(metric, {})
+        for k, v in old.get("values", {}).items():
+            measured[metric].setdefault(k, v)
+        for k, v in old.get("spread", {}).items():
+            spreads.setdefault(metric, {}).setdefault(k, v)
+    columns = [c for c in STRATEGIES if c in measured["client success rate"]]
+
+    def runs(strategy: str) -> list | None:
+        return summaries.get(strategy)
+
+    fixed_runs, sidecar_runs, tickets_runs = runs("fixed"), runs("sidecar"), runs("sidecar+tickets")
+    recovered_ok = None
+    if fixed_runs is not None and sidecar_runs is not None:
+        recovered_ok = not any(s.recovered for s in fixed_runs) and all(
+            s.recovered and s.recovery_s <= 5 for s in sidecar_runs
+        )
+    sidecar_fast = None if sidecar_runs is None else all(s.recovered and s.recovery_s <= 5 for s in sidecar_runs)
+    tickets_peak_ok = None if tickets_runs is None else all(s.peak_inflight < 3 * limit for s in tickets_runs)
+    success = measured["client success rate"]
+    tickets_success_ok = None
+    if success.get("sidecar+tickets") is not None and success.get("backoff") is not None:
+        tickets_success_ok = success["sidecar+tickets"] >= success["backoff"]
+    peak = measured["peak server in-flight (median)"]
+
+    def goal(metric: str, text: str | None = None, met: bool | None = None) -> dict:
+        old = kept.get(metric, {})
+        if met is None and text is not None and "met" in old:  # its columns were not run now: as last time
+            text, met = old.get("goal", text), old["met"]
+        return row(metric, UNITS.get(metric, ""), measured[metric], text, met, spread=spreads.get(metric))
+
     rows = [
-        row(
-            "runs recovered",
-            "",
-            recovered,
-            "fixed none within 60 s; sidecar all",
-            fixed_never and sidecar_fast,
-        ),
-        row(
-            "recovery after the outage (median)",
-            "s",
-            col("recovery_s"),
-            "sidecar <= 5 s",
-            sidecar_fast,
-            spread=spr("recovery_s"),
-        ),
-        row(
-            "peak server in-flight (median)",
-            "",
-            peak,
-            f"sidecar < 3x limit = {3 * limit}",
-            sidecar_peak_ok,
-            spread=spr("peak_inflight"),
-        ),
+        goal("runs recovered", "fixed none within 60 s; sidecar all", recovered_ok),
+        goal("recovery after the outage (median)", "sidecar <= 5 s", sidecar_fast),
+        goal("peak server in-flight (median)", f"sidecar+tickets < 3x limit = {3 * limit}", tickets_peak_ok),
         row(
             "peak in-flight / fixed's",
             "x",
-            {k: (v / peak["fixed"] if v and peak["fixed"] else None) for k, v in peak.items()},
+            {k: (v / peak["fixed"] if v and peak.get("fixed") else None) for k, v in peak.items()},
         ),
-        row(
-            "amplification during the outage",
-            "x",
-            col("amplification_outage"),
-            spread=spr("amplification_outage"),
-        ),
-        row("amplification 30 s after", "x", col("amplification_after"), spread=spr("amplification_after")),
-        row("client success rate", "", col("success_rate"), spread=spr("success_rate")),
+        goal("amplification during the outage"),
+        goal("amplification 30 s after"),
+        goal("client success rate", "sidecar+tickets >= backoff", tickets_success_ok),
     ]
-    show(list(STRATEGIES), rows)
-    report = Report(firsts["fixed"][0], args.engine, [firsts[s][1] for s in STRATEGIES])
-    figure = save(report, RESULTS / "recovery.png", title=f"seed-crash, {args.engine} engine (run 1 of each)")
+    show(columns, rows)
+    report = Report(firsts[strategies[0]][0], args.engine, [firsts[s][1] for s in strategies])
+    # a subset's figure goes beside the full run's, which stays the table's
+    name = "recovery.png" if not kept else "recovery-subset.png"
+    figure = save(report, RESULTS / name, title=f"seed-crash, {args.engine} engine (run 1 of each)")
     notes = [
         f"{args.engine} engine, {args.runs} runs per strategy (seeds 1..{args.runs}), seed-crash with a 10 s "
-        f"stop at t=10 s; {time.monotonic() - t0:.0f} s in all.",
+        f"stop at t=10 s; {time.monotonic() - t0:.0f} s for {', '.join(strategies)}.",
         "Peak in-flight is set by the connections the stopped server's kernel queued (backlog 256) plus "
         "those arriving as it resumes: the same flood for every strategy, since each sends at least a first "
         "attempt per request; what differs is whether the flood is fed by retries afterwards.",
+        f"sidecar+tickets: the sidecar with upstream concurrency "
+        f"{yaml.safe_dump(concurrency, default_flow_style=True).strip()}.",
     ]
-    write(
-        "recovery", "Recovery after a crash (seed-crash)", list(STRATEGIES), rows, notes, figure.name, started
-    )
+    if kept:
+        notes.append(
+            f"Measured this time: {', '.join(strategies)} (figure: {figure.name}); the other columns and the "
+            "figure are the previous full run's."
+        )
+    write("recovery", "Recovery after a crash (seed-crash)", columns, rows, notes, "recovery.png", started)
+
+
+UNITS = {"recovery after the outage (median)": "s", "amplification during the outage": "x",
+         "amplification 30 s after": "x"}
+
+
+def previous(strategies: tuple[str, ...]) -> dict[str, dict]:
+    """The rows of the last result file, by metric, for the columns not measured now."""
+    path = RESULTS / "recovery.json"
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    out = {}
+    for r in data.get("rows", []):
+        out[r["metric"]] = {
+            "values": {k: v for k, v in r.get("values", {}).items() if k not in strategies},
+            "spread": {k: v for k, v in r.get("spread", {}).items() if k not in strategies},
+        }
+        if "met" in r:
+            out[r["metric"]].update(goal=r.get("goal"), met=r["met"])
+    return out
 
 
 if __name__ == "__main__":

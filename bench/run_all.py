@@ -27,7 +27,7 @@ from common import fmt as number  # noqa: E402
 RESULTS = HERE / "results"
 README = HERE / "README.md"
 BEGIN, END = "<!-- results:begin (bench/run_all.py writes this part) -->", "<!-- results:end -->"
-SYSTEM = ["recovery", "amplification", "tail_at_scale"]
+SYSTEM = ["recovery", "amplification", "tail_at_scale", "goodput"]
 
 
 def benchmarks() -> list[str]:

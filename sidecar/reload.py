@@ -16,6 +16,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from .config import Config
 
@@ -69,11 +70,25 @@ def restart_reasons(old: Config, new: Config) -> list[str]:
             reasons.append(
                 f"upstreams.{name}: its retry_budget is leased fleet-wide; changing this upstream needs a restart"
             )
+    # A fleet-wide request rate is leased by the settle task for the listener and profile it started with.
+    for name in sorted(olds.keys() & news.keys()):
+        o_prof, n_prof = _profile(old, olds[name].admission), _profile(new, news[name].admission)
+        fleet_scoped = any(
+            p is not None and p.requests is not None and p.requests.scope == "fleet" for p in (o_prof, n_prof)
+        )
+        if fleet_scoped and (olds[name].admission != news[name].admission or o_prof != n_prof):
+            reasons.append(
+                f"listeners.{name}.admission: its request rate is leased fleet-wide; changing it needs a restart"
+            )
     if old.admin != new.admin:
         reasons.append("admin: changing the admin port needs a restart")
     if old.telemetry != new.telemetry:
         reasons.append("telemetry: changing the trace exporter needs a restart")
     return reasons
+
+
+def _profile(config: Config, name: str | None) -> Any:
+    return config.admission.get(name) if name is not None else None
 
 
 FileState = tuple[str, int, int, int, int] | None

@@ -14,6 +14,9 @@ A bug is contained to its request: an exception from the engine, an observer hoo
 (each adapter answers it with its protocol's error), logged once with what the observer says the request
 is; the loop's other requests, and the timer heap's other wake-ups, go on.
 
+A request to an upstream with a ``concurrency`` block has an :class:`AttemptGate`: its attempts start, are cancelled
+and are discarded through it (each waits there for its ticket; ``ticket_gate.py``).
+
 No coroutine, task or loop timer is needed per request, so an adapter built on protocol callbacks (HTTP)
 pays only for the engine itself. Adapters written as coroutines (gRPC, MongoDB) use :func:`drive`, which
 runs each ``async send`` in a task of its own and returns a :class:`Delivery`.
@@ -113,6 +116,29 @@ class CallbackAttempter:
         raise NotImplementedError
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
+class AttemptGate:
+    """Where an attempt waits for its ticket (admission's execution control, ``sidecar/ticket_gate.py``): the
+    :class:`Driver` of a request to an upstream with a ``concurrency`` block starts, cancels and discards its
+    attempts through one, and tells it when an attempt has ended. A gate may start the attempt at once, later
+    (once a ticket is free), or answer it itself (``ctx.answer``: refused). This base lets everything through;
+    a request without a gate pays nothing. A base class rather than a Protocol: compiled, calls are direct."""
+
+    def start(self, cmd: SendAttempt, ctx: AttemptContext, attempter: CallbackAttempter) -> None:
+        attempter.start(cmd, ctx)
+
+    def ended(self, attempt: int) -> None:
+        """Attempt ``attempt`` reported its result (whatever it is): what it held goes back."""
+
+    def cancel(self, attempt: int, attempter: CallbackAttempter) -> None:
+        """Abandon attempt ``attempt``, started or still waiting; what it held or waited for goes back."""
+        attempter.cancel(attempt)
+
+    def discard(self, payload: Any, attempter: CallbackAttempter) -> None:
+        """Release a result that will not be delivered (the gate's own refusals hold nothing)."""
+        attempter.discard(payload)
+
+
 class Attempter(Protocol):
     """How a coroutine adapter sends attempts for :func:`drive`."""
 
@@ -194,6 +220,7 @@ class Driver:
         "_running",
         "_timer",
         "_armed",
+        "gate",
     )
 
     def __init__(
@@ -204,7 +231,9 @@ class Driver:
         owner: CallOwner,
         loop: asyncio.AbstractEventLoop,
         timers: Timers | None = None,
+        gate: AttemptGate | None = None,
     ) -> None:
+        """``gate``: where attempts wait for their tickets (``None``: the upstream limits nothing)."""
         self.call = call
         self.attempter = attempter
         self.observer = observer
@@ -218,6 +247,7 @@ class Driver:
         self._running = False
         self._timer: TimerEntry | None = None
         self._armed = INF
+        self.gate = gate
 
     # -- events in -------------------------------------------------------------------------------------
     def start(self, now: float | None = None) -> None:
@@ -247,6 +277,8 @@ class Driver:
             self._discard(payload)
             return
         self.live &= ~bit
+        if self.gate is not None:
+            self.gate.ended(n)
         self.observer.attempt_ended(n, outcome)
         if payload is not None:
             self.payloads[n] = payload
@@ -287,7 +319,10 @@ class Driver:
                 self.live |= 1 << c.attempt
                 ctx = AttemptContext(c, obs.attempt_started(c), now, self)
                 try:
-                    self.attempter.start(c, ctx)
+                    if self.gate is None:
+                        self.attempter.start(c, ctx)
+                    else:
+                        self.gate.start(c, ctx, self.attempter)
                 except Exception as e:  # an adapter bug: a fatal outcome, never a hung request
                     ctx.done(_bug(c, e))
             elif isinstance(c, Wake):
@@ -300,7 +335,7 @@ class Driver:
                 n = c.attempt
                 if self.live & (1 << n):
                     self.live &= ~(1 << n)
-                    self.attempter.cancel(n)
+                    self._cancel(n)
                 payload = self.payloads.pop(n, None)
                 if payload is not None:
                     self._discard(payload)
@@ -333,7 +368,7 @@ class Driver:
             live, self.live = self.live, 0
             for n in range(live.bit_length()):
                 if live & (1 << n):
-                    self.attempter.cancel(n)
+                    self._cancel(n)
         f = self.finish
         assert f is not None
         payloads = self.payloads
@@ -371,16 +406,25 @@ class Driver:
         for n in range(live.bit_length()):
             if live & (1 << n):
                 try:
-                    self.attempter.cancel(n)
+                    self._cancel(n)
                 except Exception:
                     log.exception("cancelling attempt %d after an internal error failed", n)
         self._finished()
+
+    def _cancel(self, n: int) -> None:
+        if self.gate is None:
+            self.attempter.cancel(n)
+        else:
+            self.gate.cancel(n, self.attempter)
 
     def _discard(self, payload: Any) -> None:
         if payload is None:
             return
         try:
-            self.attempter.discard(payload)
+            if self.gate is None:
+                self.attempter.discard(payload)
+            else:
+                self.gate.discard(payload, self.attempter)
         except Exception:  # pragma: no cover - adapter bug; never let it break the request
             log.exception("discarding an attempt's result failed")
 
@@ -451,14 +495,16 @@ async def drive(
     attempter: Attempter,
     observer: CallObserver = NULL_OBSERVER,
     started: Callable[[Driver], None] | None = None,
+    gate: AttemptGate | None = None,
 ) -> Delivery:
     """Run ``call`` to its ``Finish`` with a coroutine attempter (one task per attempt). Cancelling the
     awaiting task (the client went away) cancels the attempts. ``started`` is handed the driver before the
-    first attempt, for an adapter that feeds it more (``request_complete``)."""
+    first attempt, for an adapter that feeds it more (``request_complete``). ``gate``: where attempts wait
+    for their tickets (see :class:`AttemptGate`)."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Delivery] = loop.create_future()
     tasks = _TaskAttempter(attempter, loop)
-    driver = Driver(call, tasks, observer, _Awaited(done, tasks), loop)
+    driver = Driver(call, tasks, observer, _Awaited(done, tasks), loop, gate=gate)
     if started is not None:
         started(driver)
     driver.start()

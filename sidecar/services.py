@@ -1,19 +1,26 @@
-"""What every listener shares: compiled policies, upstream state (balancer, throttles), telemetry, randomness.
+"""What every listener shares: compiled policies, upstream state (balancer, throttles), admission (each
+listener's door), telemetry, randomness.
 
 Built once by the composition root (``app.py``) from a validated config. Adapters ask it for a policy by
-name and for a new engine ``Call`` bound to an upstream's shared balancer and retry budget.
+name, for their listener's door (``door``: the request and connection gates, issue 12) and for a new engine
+``Call`` bound to an upstream's shared balancer and retry budget; a request the door refuses gets its span
+from ``refused``.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .admission.refusal import Refusal
 from .buffer_budget import BufferBudget
+from .concurrency import UpstreamConcurrency
 from .config import Config, PolicyConfig, UpstreamConfig, retry_policy
+from .door import Door
 from .policy import (
     BudgetedThrottle,
     Call,
@@ -55,10 +62,15 @@ class CompiledPolicy:
 
 
 class UpstreamRuntime:
-    """One upstream's shared state: its endpoints' balancer, one throttle per throttle setting, and the
-    upstream's own retry budget (``retry_budget``, consulted on top of each: ``BudgetedThrottle``)."""
+    """One upstream's shared state: its endpoints' balancer, one throttle per throttle setting, the
+    upstream's own retry budget (``retry_budget``, consulted on top of each: ``BudgetedThrottle``) and its
+    endpoints' execution control (``concurrency``: ``None`` when it limits nothing)."""
 
-    def __init__(self, name: str, config: UpstreamConfig, telemetry: Telemetry) -> None:
+    def __init__(
+        self, name: str, config: UpstreamConfig, telemetry: Telemetry, previous: UpstreamRuntime | None = None
+    ) -> None:
+        """``previous``: this upstream's state under the config being replaced (a reload): its execution
+        control carries over, reconfigured, so that tickets held and attempts queued are not dropped."""
         self.name = name
         self.config = config
         self.balancer = Balancer(
@@ -74,6 +86,16 @@ class UpstreamRuntime:
         if rb is not None:
             self.retry_budget = RetryBudget(rb.ratio, rb.min_per_second, rb.window)
             telemetry.metrics.watch_retry_budget(name, rb.scope, self.retry_budget)
+        cc = config.concurrency
+        self.concurrency: UpstreamConcurrency | None = None
+        if cc is not None:
+            carried = previous.concurrency if previous is not None else None
+            if carried is not None:
+                carried.reconfigure(cc)
+                self.concurrency = carried
+            else:
+                self.concurrency = UpstreamConcurrency(name, cc)
+        telemetry.metrics.watch_concurrency(name, self.concurrency)
 
     def throttle(self, spec: ThrottleSpec | None) -> Throttle | None:
         """The upstream's budget for ``spec``: one per distinct throttle setting, shared by every policy
@@ -112,12 +134,58 @@ class Services:
         self.upstreams: dict[str, UpstreamRuntime] = {}
         for name, uc in config.upstreams.items():
             kept = previous.upstreams.get(name) if previous is not None else None
-            self.upstreams[name] = kept if kept is not None and kept.config == uc else UpstreamRuntime(name, uc, telemetry)
+            self.upstreams[name] = (
+                kept if kept is not None and kept.config == uc else UpstreamRuntime(name, uc, telemetry, kept)
+            )
         # One budget for the process's life: a reload resizes it, what is held stays accounted.
         self.buffers: BufferBudget = (
             previous.buffers if previous is not None else BufferBudget(config.limits.max_buffered_bytes)
         )
         self.buffers.resize(config.limits.max_buffered_bytes)
+        self.doors: dict[str, Door] = {}
+        now = time.monotonic()  # the event loop's clock (asyncio's and uvloop's are both CLOCK_MONOTONIC)
+        for lc in config.listeners:
+            if lc.admission is None:
+                continue
+            profile = config.admission[lc.admission]
+            paths = getattr(lc, "exempt_paths", ())
+            door = previous.doors.get(lc.name) if previous is not None else None
+            if door is None:
+                door = Door(lc.name, lc.admission, profile, now, paths)
+                telemetry.metrics.watch_door(lc.name, door)
+            else:  # a reload: the same buckets, their balance and their queues, under the new limits
+                door.reconfigure(lc.admission, profile, now, paths)
+            self.doors[lc.name] = door
+
+    def door(self, listener: str) -> Door | None:
+        """The listener's admission (``None``: it admits everything)."""
+        return self.doors.get(listener)
+
+    def refused(
+        self,
+        refusal: Refusal,
+        *,
+        listener: str,
+        upstream: str,
+        protocol: str,
+        name: str,
+        attributes: Mapping[str, Any] | None = None,
+        parent: Mapping[str, str] | None = None,
+        meters: Meters | None = None,
+    ) -> RequestObserver:
+        """The telemetry of a request the door refused (it never gets a ``Call``): its span carries the
+        limiter, the reason and when to come back; the adapter answers, then ends it."""
+        obs = self.telemetry.request(
+            listener=listener,
+            upstream=upstream,
+            protocol=protocol,
+            name=name,
+            attributes=attributes,
+            parent=parent,
+            meters=meters,
+        )
+        obs.refused(refusal)
+        return obs
 
     def policy(self, name: str) -> CompiledPolicy:
         return self.policies[name]

@@ -10,7 +10,8 @@ from .bucket import RateLimiter
 from .concurrency import EndpointConcurrency
 from .decision import Decision, Verdict
 from .prober import ProbeSpec, ProbeState, ThroughputProber, split_concurrency
-from .reasons import Count, Rejection
+from .reasons import Count, Limiter, Rejection
+from .refusal import RatePolicy, Refusal
 from .stats import AdmissionStats
 from .tickets import Kind, TicketPool, TicketPools
 
@@ -20,9 +21,12 @@ __all__ = [
     "Decision",
     "EndpointConcurrency",
     "Kind",
+    "Limiter",
     "ProbeSpec",
     "ProbeState",
     "RateLimiter",
+    "RatePolicy",
+    "Refusal",
     "Rejection",
     "ThroughputProber",
     "TicketPool",

@@ -98,6 +98,21 @@ class RateLimiter:
         """Count a request that was never limited (the seed's ``exemptedAdmissions``)."""
         self.stats.exempted += 1
 
+    def take(self, now: float) -> bool:
+        """The common case, cheaply: a whole token is free now and is taken (counted as attempted and
+        successful), or ``False`` and nothing is done or counted (decide with :meth:`acquire` or
+        :meth:`try_acquire`). No ``Decision`` is made: this runs on every admitted request."""
+        balance = (now - self._zero) * self.rate
+        if balance > self.capacity:
+            balance = self.capacity
+        if balance < 1.0 - _EPSILON:
+            return False
+        self._zero = now - (balance - 1.0) / self.rate
+        stats = self.stats
+        stats.attempted += 1
+        stats.successful += 1
+        return True
+
     def try_acquire(self, now: float) -> Decision:
         """The seed's ``tryAcquireToken``: a token now, or a rejection (``rate-exceeded``), never a wait."""
         self.stats.attempted += 1

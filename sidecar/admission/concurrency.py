@@ -4,6 +4,9 @@ set by the throughput prober every interval.
 This is the loop the wiring runs on a timer (issue 12's ``concurrency.interval``): the pools report the
 interval (tickets returned, exhausted or not), the prober computes new limits, the pools apply them, and the
 waiters a larger limit grants are handed back to be woken. In ``fixed`` mode the limits never change.
+
+A reload changes the settings in place (:meth:`EndpointConcurrency.reconfigure`): tickets held stay held,
+waiters keep their place, and a larger limit grants them at once.
 """
 
 from __future__ import annotations
@@ -25,6 +28,25 @@ class EndpointConcurrency:
         self.prober = ThroughputProber(spec, now) if probing else None
         read, write = split_concurrency(spec.initial, spec.read_write_ratio)
         self.pools = TicketPools(read, write, max_queue, max_wait)
+
+    def reconfigure(
+        self, spec: ProbeSpec, now: float, probing: bool, max_queue: int = 0, max_wait: float = math.inf
+    ) -> list[tuple[Kind, int]]:
+        """New settings: the limits become ``spec.initial`` (split by the ratio), probed from ``now`` when
+        ``probing``; the queue's limits change for new waiters (those queued stay). Returns the waiters the
+        new limits grant."""
+        self.prober = ThroughputProber(spec, now) if probing else None
+        for pool in (self.pools.read, self.pools.write):
+            pool.set_queue(max_queue, max_wait)
+        self.pools.take_interval()
+        return self.pools.set_limits(*split_concurrency(spec.initial, spec.read_write_ratio))
+
+    def resume(self, now: float) -> None:
+        """The caller stopped running intervals while the endpoint was idle (nothing held, nobody queued):
+        a fresh interval starts at ``now``."""
+        self.pools.take_interval()
+        if self.prober is not None:
+            self.prober.restart(now)
 
     @property
     def probe_state(self) -> ProbeState:

@@ -109,6 +109,11 @@ class ThroughputProber:
         w = self.spec.ema_weight
         return current_concurrency * w + stable_concurrency * (1 - w)
 
+    def restart(self, now: float) -> None:
+        """The next interval starts at ``now`` (the caller did not run the prober while the endpoint was idle:
+        an idle stretch measures nothing, as the seed's prober would find running it, see ``probe_stable``)."""
+        self._last = now
+
     @property
     def limits(self) -> tuple[int, int]:
         """(read, write) tickets now."""

@@ -1,5 +1,6 @@
-"""What admission counts and why it refuses: names shared by the limiters, the metrics and the spans.
+"""What admission counts, which limiter refuses and why: names shared by the limiters, the metrics and the spans.
 
+``Limiter`` values are the ``limiter`` label of the metrics and of a refused request's span.
 ``Count`` values are the stems of the metrics (``sidecar_admission_<value>_total``), after the seed's
 ``serverStatus`` fields (attemptedAdmissions, successfulAdmissions, ...). ``Rejection`` values are the
 ``reason`` label of ``sidecar_admission_rejected_total`` and of a rejected request's span.
@@ -8,6 +9,12 @@
 from __future__ import annotations
 
 from enum import StrEnum
+
+
+class Limiter(StrEnum):
+    REQUESTS = "requests"  # a listener's request rate (the seed's IngressRequestRateLimiter)
+    CONNECTIONS = "connections"  # a listener's new connections (the seed's SessionEstablishmentRateLimiter)
+    CONCURRENCY = "concurrency"  # an endpoint's tickets (the seed's execution control)
 
 
 class Count(StrEnum):

@@ -401,6 +401,11 @@ def expand(tree: dict[str, Any], errors: ErrorList, default_policy: str = "grpc-
         if isinstance(lst, dict) and lst.get("protocol") == "grpc":
             _check_method_keys(lst.get("method_policies"), f"listeners[{i}].method_policies", errors)
             _check_method_keys(lst.get("method_timeouts"), f"listeners[{i}].method_timeouts", errors)
+            unary = lst.get("unary_requests")
+            if isinstance(unary, list):
+                for j, key in enumerate(unary):
+                    if not _is_method_key(key):
+                        errors.append((f"listeners[{i}].unary_requests[{j}]", _METHOD_KEY_EXPECTED))
         if not (
             isinstance(lst, dict) and lst.get("protocol") == "grpc" and lst.get("service_config") is not None
         ):
@@ -433,16 +438,16 @@ def expand(tree: dict[str, Any], errors: ErrorList, default_policy: str = "grpc-
 
 
 _METHOD_KEY = re.compile(r"^[^/*\s]+(/[^/*\s]+)?$")
+_METHOD_KEY_EXPECTED = "expected package.Service, package.Service/Method or * (every other method)"
+
+
+def _is_method_key(key: object) -> bool:
+    return isinstance(key, str) and (key == DEFAULT_KEY or _METHOD_KEY.match(key) is not None)
 
 
 def _check_method_keys(mp: Any, path: str, errors: ErrorList) -> None:
     if not isinstance(mp, dict):
         return
     for key in mp:
-        if not isinstance(key, str) or (key != DEFAULT_KEY and not _METHOD_KEY.match(key)):
-            errors.append(
-                (
-                    join(path, key),
-                    "expected package.Service, package.Service/Method or * (every other method)",
-                )
-            )
+        if not _is_method_key(key):
+            errors.append((join(path, key), _METHOD_KEY_EXPECTED))

@@ -22,6 +22,13 @@ from .units import split_host_port
 
 ErrorList = list[tuple[str, str]]
 
+#: Why a gRPC listener cannot have a connection rate limit (docs/admission.md, "gRPC and connections").
+GRPC_CONNECTIONS = (
+    "admission profile {name!r} limits connections, which a grpc listener cannot do: grpc.aio accepts "
+    "connections itself and offers no public way to hold or refuse one before its HTTP/2 handshake; "
+    "give this listener a profile without `connections` (its request rate is limited per call)"
+)
+
 
 class ConfigError(Exception):
     """Every problem found in a configuration, each as ``(path, message)``."""
@@ -162,6 +169,19 @@ def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:
                 (path, f"no policy named {name!r} (defined: {defined}; presets: {', '.join(PRESETS)})")
             )
 
+    profiles = tree.get("admission") if isinstance(tree.get("admission"), dict) else {}
+
+    def check_admission(path: str, lst: dict[str, Any]) -> None:
+        name = lst.get("admission")
+        if not isinstance(name, str):
+            return
+        profile = profiles.get(name)
+        if profile is None:
+            known = ", ".join(sorted(profiles)) or "none defined"
+            errors.append((path, f"no admission profile named {name!r} (admission: {known})"))
+        elif lst.get("protocol") == "grpc" and isinstance(profile, dict) and profile.get("connections"):
+            errors.append((path, GRPC_CONNECTIONS.format(name=name)))
+
     names: dict[str, int] = {}
     addresses: dict[str, str] = {}
     for i, lst in enumerate(raw_listeners):
@@ -170,6 +190,7 @@ def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:
         base = f"listeners[{i}]"
         check_upstream(f"{base}.upstream", lst.get("upstream"))
         check_policy(f"{base}.policy", lst.get("policy"))
+        check_admission(f"{base}.admission", lst)
         for j, route in enumerate(_dicts(lst.get("routes"))):
             check_upstream(f"{base}.routes[{j}].upstream", route.get("upstream"))
             check_policy(f"{base}.routes[{j}].policy", route.get("policy"))
@@ -186,14 +207,17 @@ def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:
             names.setdefault(name, i)
         listen = lst.get("listen")
         if isinstance(listen, str):
-            try:
-                _, port = split_host_port(listen)
-            except ValueError:
-                port = 0
-            if port and listen in addresses:
-                errors.append((f"{base}.listen", f"{listen} is already used by {addresses[listen]}"))
+            other = _clash(listen, addresses)
+            if other is not None:
+                errors.append((f"{base}.listen", f"{listen} is already used by {other}"))
             addresses.setdefault(listen, base)
     if tree.get("fleet") is None:
+        for name, profile in profiles.items():
+            requests = profile.get("requests") if isinstance(profile, dict) else None
+            if isinstance(requests, dict) and requests.get("scope") == "fleet":
+                errors.append(
+                    (join(join("admission", name), "requests") + ".scope", "scope fleet needs a `fleet:` block")
+                )
         for name, up in upstreams.items():
             budget = up.get("retry_budget") if isinstance(up, dict) else None
             if isinstance(budget, dict) and budget.get("scope") == "fleet":
@@ -204,9 +228,33 @@ def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:
                     )
                 )
     admin = tree.get("admin")
-    if isinstance(admin, dict) and isinstance(admin.get("listen"), str) and admin["listen"] in addresses:
-        errors.append(("admin.listen", f"{admin['listen']} is already used by {addresses[admin['listen']]}"))
+    if isinstance(admin, dict) and isinstance(admin.get("listen"), str):
+        other = _clash(admin["listen"], addresses)
+        if other is not None:
+            errors.append(("admin.listen", f"{admin['listen']} is already used by {other}"))
     return errors
+
+
+_ANY_HOST = {"", "0.0.0.0", "::", "[::]", "*"}
+
+
+def _clash(listen: str, taken: dict[str, str]) -> str | None:
+    """Who already listens where ``listen`` would: the same port on the same host, or on every host.
+    Port 0 (any free port) never clashes; ``taken`` maps addresses to their owners' key paths."""
+    try:
+        host, port = split_host_port(listen)
+    except ValueError:
+        return None  # the schema names the bad address
+    if not port:
+        return None
+    for address, owner in taken.items():
+        try:
+            other_host, other_port = split_host_port(address)
+        except ValueError:
+            continue
+        if other_port == port and (host == other_host or host in _ANY_HOST or other_host in _ANY_HOST):
+            return owner
+    return None
 
 
 _TAGS = {"http", "grpc", "mongodb"}

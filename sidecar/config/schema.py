@@ -6,10 +6,12 @@ listener's upstream, a policy's name) are checked in ``loader.py``, which sees t
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -228,6 +230,47 @@ class RetryBudgetConfig(Base):
         return v
 
 
+_GRPC_METHOD = re.compile(r"^/[A-Za-z_][\w.]*/(\*|[A-Za-z_]\w*)$")
+
+
+class ConcurrencyConfig(Base):
+    """Execution control toward each endpoint of an upstream (issue 12; the seed's ticket pools): every
+    attempt holds one read or write ticket while it is outstanding. ``initial``, ``min`` and ``max`` count
+    tickets per endpoint, reads plus writes; ``probing`` moves them within [min, max] by the seed's
+    throughput probing every ``interval``, ``fixed`` keeps ``initial``."""
+
+    mode: Literal["probing", "fixed"] = "probing"
+    initial: int = Field(32, ge=2)  # one read and one write ticket at least
+    min: int = Field(4, ge=2)
+    max: int = Field(256, ge=2)
+    read_write_ratio: float = Field(0.5, ge=0.0, le=1.0)
+    step: float = Field(0.1, gt=0.0, lt=1.0)
+    ema_weight: float = Field(0.2, gt=0.0, le=1.0)
+    interval: Duration = 0.1
+    max_queue: int = Field(512, ge=0)
+    max_wait: Duration = 1.0
+    read_methods: list[str] = []
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ConcurrencyConfig:
+        if self.mode == "probing":
+            if self.min > self.max:
+                raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+            if not self.min <= self.initial <= self.max:
+                raise ValueError(f"initial ({self.initial}) must be within min and max ([{self.min}, {self.max}])")
+        if not self.interval > 0:
+            raise ValueError("interval must be positive")
+        return self
+
+    @field_validator("read_methods")
+    @classmethod
+    def _methods(cls, v: list[str]) -> list[str]:
+        for m in v:
+            if not _GRPC_METHOD.match(m):
+                raise ValueError(f"{m!r} is not a gRPC method: write /package.Service/Method or /package.Service/*")
+        return v
+
+
 class UpstreamConfig(Base):
     endpoints: list[HostPort] = Field(min_length=1)
     overload_cooldown: Duration = 5.0
@@ -239,6 +282,82 @@ class UpstreamConfig(Base):
     tls: TlsConfig | None = None
     auth: AuthConfig | None = None
     retry_budget: RetryBudgetConfig | None = None
+    concurrency: ConcurrencyConfig | None = None  # None: no limit on attempts in flight
+
+
+# -- admission (issue 12: the door; sidecar/door.py) ------------------------------------------------
+def _cidr(value: object) -> str:
+    """An address range (``10.0.0.0/8``, ``::1/128``; a bare address is one host), normalised."""
+    import ipaddress
+
+    if not isinstance(value, str):
+        raise ValueError("expected an address range such as 10.0.0.0/8 or 127.0.0.1/32")
+    try:
+        return str(ipaddress.ip_network(value.strip(), strict=True))
+    except ValueError as e:
+        raise ValueError(f"{value!r} is not an address range ({e})") from None
+
+
+Cidr = Annotated[str, BeforeValidator(_cidr)]
+
+
+def _positive_finite(what: str, v: float) -> float:
+    if not 0 < v < float("inf"):
+        raise ValueError(f"{what} must be positive and finite")
+    return v
+
+
+class RequestLimitConfig(Base):
+    """The seed's IngressRequestRateLimiter: a token bucket per listener, checked once a request's head is
+    read. ``rate`` requests a second once ``burst`` seconds of it are spent; up to ``max_queue`` requests
+    wait for a borrowed token, never longer than ``max_wait`` nor past their own deadline. ``scope: fleet``:
+    ``rate`` and ``burst`` are the whole fleet's (every sidecar sharing ``fleet.redis.key_prefix``), each
+    sidecar spending leases settled with Redis in the background (issue 15, ``sidecar/fleet``)."""
+
+    rate: float
+    burst: Duration = 1.0
+    max_queue: int = Field(0, ge=0)
+    max_wait: OptionalDuration = 0.1
+    exempt_cidrs: list[Cidr] = []
+    scope: Literal["local", "fleet"] = "local"
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, v: float) -> float:
+        return _positive_finite("rate", v)
+
+    @field_validator("burst")
+    @classmethod
+    def _burst(cls, v: float) -> float:
+        return _positive_finite("burst", v)
+
+
+class ConnectionLimitConfig(Base):
+    """The seed's SessionEstablishmentRateLimiter: new connections a second, checked at accept. Over the
+    rate a connection waits unread (up to ``max_queue`` of them), or is closed at once."""
+
+    rate: float
+    burst: Duration = 1.0
+    max_queue: int = Field(64, ge=0)
+    bypass_cidrs: list[Cidr] = []
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, v: float) -> float:
+        return _positive_finite("rate", v)
+
+    @field_validator("burst")
+    @classmethod
+    def _burst(cls, v: float) -> float:
+        return _positive_finite("burst", v)
+
+
+class AdmissionConfig(Base):
+    """A named admission profile, used by listeners as ``admission: NAME``."""
+
+    requests: RequestLimitConfig | None = None
+    connections: ConnectionLimitConfig | None = None
+    shadow: bool = False  # admit everything; count would-be rejections (label shadow="true")
 
 
 # -- listeners --------------------------------------------------------------------------------------
@@ -249,6 +368,7 @@ class ListenerBase(Base):
     policy: str | None = None  # None: the protocol's preset (http-default, grpc-a6, mongodb-backpressure)
     #: Connections held at once; more wait in the kernel's backlog (HTTP, MongoDB) or are closed (gRPC).
     max_connections: int = Field(4096, ge=1)
+    admission: str | None = None  # a profile of the top-level ``admission:`` (None: everything admitted)
 
 
 class RouteMatch(Base):
@@ -278,6 +398,18 @@ class HttpListenerConfig(ListenerBase):
     max_header_size: Size = 64 * 1024
     idle_timeout: Duration = 60.0
     request_body_timeout: Duration = 60.0  # a request body from which nothing arrives this long: 408
+    #: Paths never rate limited (health checks): exact, or a prefix when the entry ends with ``*``.
+    exempt_paths: list[str] = []
+
+    @field_validator("exempt_paths")
+    @classmethod
+    def _paths(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not p.startswith("/"):
+                raise ValueError(f"{p!r}: an exempt path starts with '/'")
+            if "*" in p[:-1]:
+                raise ValueError(f"{p!r}: '*' may only end an exempt path (a prefix)")
+        return v
 
 
 class GrpcListenerConfig(ListenerBase):
@@ -289,6 +421,9 @@ class GrpcListenerConfig(ListenerBase):
     max_message_size: Size = 4 * 1024 * 1024
     #: A connection with no call for this long gets GOAWAY (grpcio's max_connection_idle; Envoy's default).
     idle_timeout: Duration = Field(3600.0, gt=0)
+    #: Methods whose request is one message (unary and server-streaming ones), as method_policies keys:
+    #: forwarded upstream in grpc's single-request form, which costs the sidecar less per call.
+    unary_requests: list[str] = []
 
 
 class MongoListenerConfig(ListenerBase):
@@ -383,6 +518,7 @@ class Config(Base):
     shutdown: ShutdownConfig = ShutdownConfig()
     limits: LimitsConfig = LimitsConfig()
     policies: dict[str, PolicyConfig] = {}
+    admission: dict[str, AdmissionConfig] = {}
     upstreams: dict[str, UpstreamConfig] = {}
     listeners: list[ListenerConfig] = []
     #: What ``${VAR}`` expansion put in (``env.Expansions``), set by the loader: the effective configuration

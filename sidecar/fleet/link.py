@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 
@@ -26,25 +27,49 @@ from redis.exceptions import RedisError
 from ..config import Config
 from ..config.redact import redact_userinfo
 from ..config.schema import FleetConfig
+from ..door import Door
 from ..services import Services
-from .member import FleetMember, RetryBudgetShare, Share
+from .member import FleetMember, RateLimitShare, RetryBudgetShare, Share
 from .script import SETTLE
 
 log = logging.getLogger("sidecar.fleet")
 
 
 def fleet_link(config: Config, services: Services) -> FleetLink | None:
-    """The settle task for every upstream whose retry budget is fleet-wide (None: there is none)."""
+    """The settle task for every upstream whose retry budget is fleet-wide and every listener whose request
+    rate is (None: there is none)."""
     shares: list[Share] = []
     for name, up in services.upstreams.items():
         rb = up.config.retry_budget
         if up.retry_budget is not None and rb is not None and rb.scope == "fleet":
             shares.append(RetryBudgetShare(name, up.retry_budget, rb.min_per_second))
+    for lc in config.listeners:
+        door = services.door(lc.name)
+        profile = config.admission.get(lc.admission) if lc.admission is not None else None
+        rq = profile.requests if profile is not None else None
+        if door is not None and rq is not None and rq.scope == "fleet":
+            limit = _DoorLimit(door)
+            shares.append(RateLimitShare(f"admission:{lc.name}", limit, rq.rate, rq.burst))
     if config.fleet is None or not shares:
         return None
     link = FleetLink(config.fleet, shares)
     services.telemetry.metrics.watch_fleet(link.member)
     return link
+
+
+class _DoorLimit:
+    """A listener's door as a fleet-wide rate's local limiter (``member.LeasedLimit``): the settle task
+    sets its pace on the event loop's clock."""
+
+    def __init__(self, door: Door) -> None:
+        self.door = door
+
+    @property
+    def attempted(self) -> int:
+        return self.door.attempted
+
+    def pace(self, rate: float, burst: float) -> None:
+        self.door.pace(rate, burst, time.monotonic())
 
 
 def member_id() -> str:

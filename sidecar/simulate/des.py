@@ -17,6 +17,12 @@ A sidecar may also have a request limiter at its door (``limiter``: a factory of
 borrowed token before its ``Call`` starts, or is refused at once and ends without an attempt (counted in
 ``Sidecar.rejected``; its client sees a failure). Not yet a scenario key: the admission wiring will add one.
 
+An upstream ``concurrency`` block (``sidecar.upstream.concurrency``, issue 12's execution control) gives each
+sidecar instance the real per-endpoint ticket pools (``sidecar.admission.EndpointConcurrency``, its prober
+run every ``interval`` of virtual time): every attempt takes a read ticket (the model's requests are GETs)
+before it is submitted, queues for one, or is refused and reported to the engine as overloaded, as
+``sidecar/ticket_gate.py`` does on the loop; its ticket comes back when it is answered or abandoned.
+
 An upstream ``retry_budget`` (``sidecar.upstream.retry_budget``) is one ``RetryBudget`` per instance with
 ``scope: local``, and one shared by every instance with ``scope: fleet``: the fleet budget as the Redis
 leases approximate it, without their lag (a lease period) or Redis outages.
@@ -31,7 +37,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..admission import RateLimiter
+from ..admission import EndpointConcurrency, Kind, RateLimiter, Rejection
+from ..admission.reasons import Limiter
+from ..admission.refusal import Refusal
+from ..concurrency import probe_spec
 from ..policy import (
     START,
     TICK,
@@ -47,6 +56,7 @@ from ..policy import (
     Wake,
     make_throttle,
 )
+from ..ticket_gate import refused_outcome
 from ..upstream.balancer import Balancer
 from .model import OK, ModelServer
 from .policy import SidecarPolicy, budget_scope, compile_policy
@@ -258,12 +268,14 @@ class DirectClients:
 
 
 class _Request:
-    __slots__ = ("call", "jobs", "wake", "done", "sent")
+    __slots__ = ("call", "jobs", "wake", "done", "sent", "held", "waits")
 
     def __init__(self, call: Call, done: Callable[[Finish], None]) -> None:
         self.call = call
         self.sent = 0
         self.jobs: dict[int, Job] = {}
+        self.held: dict[int, str] = {}  # attempt -> the endpoint whose ticket it holds
+        self.waits: dict[int, tuple[str, int]] = {}  # attempt -> (endpoint, waiter) queued for a ticket
         self.wake = 0  # generation of the latest Wake: older wake events are ignored
         self.done = done
 
@@ -298,6 +310,18 @@ class Sidecar:
             self.throttle = budget if own is None else BudgetedThrottle(own, budget)
         self.attempts = 0
         self.max_attempts_seen = 0  # the most attempts any request made (counted here, not by the engine)
+        cc = policy.upstream.concurrency
+        self.tickets: dict[str, EndpointConcurrency] | None = None
+        self.ticket_refusals = 0  # attempts refused a ticket (queue full, max_wait)
+        self.waiting: dict[tuple[str, int], tuple[_Request, SendAttempt]] = {}
+        if cc is not None:
+            probing = cc.mode == "probing"
+            self.tickets = {
+                e: EndpointConcurrency(probe_spec(cc), loop.now, probing, cc.max_queue, cc.max_wait)
+                for e in self.endpoints
+            }
+            if probing:
+                loop.at(loop.now + cc.interval, self._probe, cc.interval)
 
     def request(self, deadline: float, done: Callable[[Finish], None]) -> None:
         limiter = self.limiter
@@ -340,13 +364,81 @@ class Sidecar:
                 if cmd.at < INF:  # type: ignore[union-attr]
                     loop.at(cmd.at, self._tick, r, r.wake)  # type: ignore[union-attr]
             elif t is CancelAttempt:
-                job = r.jobs.pop(cmd.attempt, None)  # type: ignore[union-attr]
+                n = cmd.attempt  # type: ignore[union-attr]
+                job = r.jobs.pop(n, None)
                 if job is not None:
                     job.answer = None  # abandoned: the server still works on it
+                if self.tickets is not None:
+                    self._unticket(r, n)
             elif t is Finish:
                 r.done(cmd)  # type: ignore[arg-type]
 
     def _send(self, r: _Request, cmd: SendAttempt) -> None:
+        tickets = self.tickets
+        if tickets is None:
+            self._submit(r, cmd)
+            return
+        now = self.loop.now
+        deadline = now + cmd.timeout  # the engine cancels a wait that reaches the attempt's own expiry
+        d = tickets[cmd.endpoint].pools.pool(Kind.READ).acquire(now, deadline)
+        if d.admitted:
+            r.held[cmd.attempt] = cmd.endpoint
+            self._submit(r, cmd)
+        elif d.queued:
+            r.waits[cmd.attempt] = (cmd.endpoint, d.waiter)
+            self.waiting[(cmd.endpoint, d.waiter)] = (r, cmd)
+            if d.at < deadline:
+                self.loop.at(d.at, self._gave_up, r, cmd, d.waiter)
+        else:
+            self._refuse(r, cmd, d.reason if d.reason is not None else Rejection.QUEUE_FULL)
+
+    def _refuse(self, r: _Request, cmd: SendAttempt, reason: Rejection) -> None:
+        self.ticket_refusals += 1
+        refusal = Refusal(Limiter.CONCURRENCY, reason, 0.0)
+        # an event of its own: the engine is never re-entered while its commands are carried out
+        self.loop.at(self.loop.now, self._feed, r, AttemptEnded(cmd.attempt, refused_outcome(refusal)))
+
+    def _gave_up(self, r: _Request, cmd: SendAttempt, waiter: int) -> None:
+        if r.waits.get(cmd.attempt) != (cmd.endpoint, waiter):
+            return  # granted or cancelled meanwhile
+        del r.waits[cmd.attempt]
+        del self.waiting[(cmd.endpoint, waiter)]
+        assert self.tickets is not None
+        reason = self.tickets[cmd.endpoint].pools.pool(Kind.READ).give_up(waiter)
+        if reason is not None:
+            self._refuse(r, cmd, reason)
+
+    def _unticket(self, r: _Request, n: int) -> None:
+        """Attempt ``n`` is over (answered, or abandoned by the engine): its ticket goes back, or it leaves
+        the queue."""
+        assert self.tickets is not None
+        queued = r.waits.pop(n, None)
+        if queued is not None:
+            endpoint, waiter = queued
+            del self.waiting[queued]
+            self.tickets[endpoint].pools.pool(Kind.READ).cancel(waiter)
+            return
+        endpoint_held = r.held.pop(n, None)
+        if endpoint_held is not None:
+            waiter = self.tickets[endpoint_held].pools.pool(Kind.READ).release()
+            if waiter:
+                self._granted(endpoint_held, waiter)
+
+    def _granted(self, endpoint: str, waiter: int) -> None:
+        r, cmd = self.waiting.pop((endpoint, waiter))
+        del r.waits[cmd.attempt]
+        r.held[cmd.attempt] = endpoint
+        self._submit(r, cmd)
+
+    def _probe(self, interval: float) -> None:
+        assert self.tickets is not None
+        now = self.loop.now
+        for endpoint, ec in self.tickets.items():
+            for _, waiter in ec.on_interval(now):
+                self._granted(endpoint, waiter)
+        self.loop.at(now + interval, self._probe, interval)
+
+    def _submit(self, r: _Request, cmd: SendAttempt) -> None:
         n = cmd.attempt
         r.sent += 1
         if r.sent > self.max_attempts_seen:
@@ -361,6 +453,8 @@ class Sidecar:
     def _answered(self, r: _Request, n: int, status: int) -> None:
         if r.jobs.pop(n, None) is None:
             return
+        if self.tickets is not None:
+            self._unticket(r, n)
         self._feed(r, AttemptEnded(n, self.policy.classify(status)))
 
     def _tick(self, r: _Request, generation: int) -> None:

@@ -8,7 +8,8 @@ process-global one) turns the numbers into metric families when ``/metrics`` is 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
@@ -121,6 +122,24 @@ _PLAIN: Final = (
 )
 
 
+#: The labels of every ``sidecar_admission_*`` family, whichever limiter a row is of: a listener's request
+#: or connection rate (``listener``), an endpoint's ticket pool (``upstream``, ``endpoint``, ``pool``); the
+#: labels a limiter does not have are empty (in PromQL, absent). ``shadow``: "true" for a profile that only
+#: counts.
+ADMISSION_LABELS: Final = ("limiter", "listener", "upstream", "endpoint", "pool", "shadow")
+_ADMISSION_COUNTS: Final = (
+    ("attempted", "Admissions asked for (exemptions excluded)"),
+    ("successful", "Admissions granted, at once or after queueing"),
+    ("exempted", "Requests, connections or attempts never limited (exempt address or operation)"),
+    ("added_to_queue", "Admissions that waited in a queue"),
+    ("removed_from_queue", "Waits that ended, admitted or not"),
+    ("interrupted_in_queue", "Waits that ended because the client went away"),
+)
+#: One row of the admission families: label values (in ``ADMISSION_LABELS`` order), the limiter's
+#: ``admission.AdmissionStats``, the tokens (or tickets) available now, its queue-time histogram.
+AdmissionRow = tuple[list[str], Any, float, Histogram]
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
@@ -130,6 +149,8 @@ class Metrics:
         self._outliers: dict[str, Any] = {}
         self._budgets: dict[tuple[str, str], Any] = {}
         self._fleet: Any = None
+        self._concurrency: dict[str, Any] = {}
+        self._doors: dict[str, Any] = {}
         self.registry.register(_Collector(self))
 
     def listener(self, name: str) -> ListenerMeters:
@@ -159,6 +180,20 @@ class Metrics:
         """Export an upstream's ``retry_budget`` (``policy.RetryBudget``): its tokens and the retries it
         refused, labelled with its ``scope`` (read at scrape time)."""
         self._budgets[(upstream, scope)] = budget
+
+    def watch_concurrency(self, upstream: str, concurrency: Any) -> None:
+        """Export an upstream's execution control (``concurrency.UpstreamConcurrency``; ``None``: it has none
+        any more), read at scrape time: per endpoint and pool its limit, tickets in use, queue and admission
+        counters, and its prober's state."""
+        if concurrency is None:
+            self._concurrency.pop(upstream, None)
+        else:
+            self._concurrency[upstream] = concurrency
+
+    def watch_door(self, listener: str, door: Any) -> None:
+        """Export a listener's admission (``sidecar.door.Door``: its request and connection buckets), read at
+        scrape time as rows of the ``sidecar_admission_*`` families."""
+        self._doors[listener] = door
 
     def watch_fleet(self, member: Any) -> None:
         """Export a fleet member (``fleet.FleetMember``): Redis up, members seen, settle latency, shares."""
@@ -213,6 +248,27 @@ class Metrics:
             yield from self._budget_families()
         if self._fleet is not None:
             yield from self._fleet_families(self._fleet)
+        if self._concurrency:
+            yield from self._concurrency_families()
+        rows = [*self._door_rows(), *self._ticket_rows()]
+        if rows:
+            yield from admission_families(rows)
+
+    def _door_rows(self) -> Iterator[AdmissionRow]:
+        now = time.monotonic()  # the event loop's clock (asyncio's and uvloop's are both CLOCK_MONOTONIC)
+        for listener, door in sorted(self._doors.items()):
+            shadow = "true" if door.shadow else "false"
+            for limiter, bucket in (("requests", door.requests), ("connections", door.connections)):
+                if bucket is not None:
+                    labels = [limiter, listener, "", "", "", shadow]
+                    yield labels, bucket.stats, bucket.available(now), door.queue_seconds[limiter]
+
+    def _ticket_rows(self) -> Iterator[AdmissionRow]:
+        for upstream, cc in sorted(self._concurrency.items()):
+            for endpoint, ep in sorted(cc.endpoints.items()):
+                for pool in (ep.control.pools.read, ep.control.pools.write):
+                    labels = ["concurrency", "", upstream, endpoint, pool.kind.value, "false"]
+                    yield labels, pool.stats, float(pool.available), ep.queue_time[pool.kind]
 
     def _outlier_families(self) -> Iterator[Metric]:
         ejected = GaugeMetricFamily(
@@ -250,6 +306,37 @@ class Metrics:
         yield tokens
         yield refused
 
+    def _concurrency_families(self) -> Iterator[Metric]:
+        """Each endpoint's ticket pools (the admission counters of the pools are rows of
+        ``admission_families``, ``limiter="concurrency"``)."""
+        labels = ["upstream", "endpoint", "pool"]
+        limit = GaugeMetricFamily(
+            "sidecar_concurrency_limit", "Tickets of an endpoint's pool (attempts it may have in flight)", labels=labels
+        )
+        in_use = GaugeMetricFamily(
+            "sidecar_concurrency_in_use", "Tickets of an endpoint's pool held by attempts in flight", labels=labels
+        )
+        queued = GaugeMetricFamily(
+            "sidecar_concurrency_queued", "Attempts waiting for a ticket of an endpoint's pool", labels=labels
+        )
+        state = GaugeMetricFamily(
+            "sidecar_concurrency_probe_state",
+            "An endpoint's throughput prober: 0 stable, 1 probing up, 2 probing down",
+            labels=["upstream", "endpoint"],
+        )
+        for upstream, cc in sorted(self._concurrency.items()):
+            for endpoint, ep in sorted(cc.endpoints.items()):
+                state.add_metric([upstream, endpoint], float(int(ep.control.probe_state)))
+                for pool in (ep.control.pools.read, ep.control.pools.write):
+                    values = [upstream, endpoint, pool.kind.value]
+                    limit.add_metric(values, float(pool.limit))
+                    in_use.add_metric(values, float(pool.in_use))
+                    queued.add_metric(values, float(pool.queued))
+        yield limit
+        yield in_use
+        yield queued
+        yield state
+
     def _fleet_families(self, member: Any) -> Iterator[Metric]:
         yield GaugeMetricFamily(
             "sidecar_fleet_redis_up", "1 while settles with Redis succeed", value=member.up
@@ -271,6 +358,38 @@ class Metrics:
         for upstream, value in sorted(member.share_by_name().items()):
             share.add_metric([upstream], value)
         yield share
+
+
+def admission_families(rows: Iterable[AdmissionRow]) -> Iterator[Metric]:
+    """The seed's admission counters (``serverStatus`` ``attemptedAdmissions``, ...), one family each, with a
+    row per limiter: ``sidecar_admission_{attempted,successful,rejected,exempted,added_to_queue,
+    removed_from_queue,interrupted_in_queue}_total``, ``sidecar_admission_available_tokens``,
+    ``sidecar_admission_queue_seconds``."""
+    labels = list(ADMISSION_LABELS)
+    counters = {
+        count: CounterMetricFamily(f"sidecar_admission_{count}", doc, labels=labels)
+        for count, doc in _ADMISSION_COUNTS
+    }
+    rejected = CounterMetricFamily(
+        "sidecar_admission_rejected", "Admissions refused, by reason", labels=[*labels, "reason"]
+    )
+    available = GaugeMetricFamily(
+        "sidecar_admission_available_tokens", "Tokens (or tickets) a new admission could take now", labels=labels
+    )
+    waited = HistogramMetricFamily(
+        "sidecar_admission_queue_seconds", "Time queued before admission", labels=labels
+    )
+    for values, stats, free, hist in rows:
+        for count, fam in counters.items():
+            fam.add_metric(values, getattr(stats, count))
+        for reason, n in sorted(stats.rejected_by.items()):
+            rejected.add_metric([*values, str(reason)], n)
+        available.add_metric(values, float(free))
+        waited.add_metric(values, hist.cumulative(), hist.sum)
+    yield from counters.values()
+    yield rejected
+    yield available
+    yield waited
 
 
 class _Collector(Collector):

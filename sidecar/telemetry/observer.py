@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from ..admission.refusal import Refusal
 from ..config.schema import TelemetryConfig
 from ..policy import CancelAttempt, Decision, Finish, Outcome, OutcomeClass, Reason, SendAttempt
 from ..policy.reasons import GIVE_UPS
@@ -143,6 +144,15 @@ class RequestObserver(CallObserver):
         if self.span is not None:
             self.span.set_attribute("sidecar.buffer_exceeded", True)
             self.span.set_attribute("sidecar.decision.reason", Reason.BUFFER_EXCEEDED.value)
+
+    def refused(self, refusal: Refusal) -> None:
+        """Admission refused the request (the adapter answers it, then calls :meth:`end` with the error):
+        its span carries the limiter, the reason and when to come back."""
+        span = self.span
+        if span is not None:
+            for key, value in refusal.attributes().items():
+                span.set_attribute(key, value)
+            span.set_attribute("sidecar.decision.reason", f"admission-{refusal.limiter.value}")
 
     def end(self, error: str | None = None) -> None:
         """The response is complete (or broke off with ``error``). Idempotent."""

@@ -72,6 +72,8 @@ class GrpcUpstream:
         self.script: deque[Step] = deque()
         self.calls: list[Seen] = []
         self.count = 0
+        self.in_flight = 0  # calls being answered now
+        self.peak_in_flight = 0  # the most at once
         self.keep_records = keep_records
         self.tls = tls
         self.host = host
@@ -103,6 +105,11 @@ class GrpcUpstream:
                 lambda: len(self.calls) > call and len(self.calls[call].requests) >= n
             )
         return self.calls[call].requests
+
+    async def wait_in_flight(self, n: int) -> None:
+        """Until ``n`` calls are being answered at once."""
+        async with self._arrived:
+            await self._arrived.wait_for(lambda: self.in_flight >= n)
 
     async def wait_calls(self, n: int) -> list[Seen]:
         async with self._arrived:
@@ -142,6 +149,8 @@ class GrpcUpstream:
         else:
             step = self.default if isinstance(self.default, Step) else self.default(method)
         self.count += 1
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         if self.keep_records:
             self.calls.append(seen)
         try:
@@ -151,6 +160,8 @@ class GrpcUpstream:
         except asyncio.CancelledError:  # the caller cancelled the call (or its deadline passed)
             seen.cancelled.set()
             raise
+        finally:
+            self.in_flight -= 1
 
     async def _answer(self, step: Step, seen: Seen, context: grpc.aio.ServicerContext) -> None:
         if not step.early:

@@ -75,6 +75,9 @@ class FaultyUpstream:
     received: list[Seen] = field(default_factory=list)
     hits: int = 0
     cancelled: int = 0
+    in_flight: int = 0  # requests being answered now
+    peak_in_flight: int = 0  # the most at once
+    hold: asyncio.Event | None = None  # when set to an unset event, every request waits for it (tests)
     _runner: web.AppRunner | None = None
     _port: int = 0
     _waiters: list[tuple[Any, int, asyncio.Future[None]]] = field(default_factory=list)
@@ -129,6 +132,10 @@ class FaultyUpstream:
     async def wait_cancelled(self, n: int) -> None:
         await self._wait(lambda: self.cancelled, n)
 
+    async def wait_in_flight(self, n: int) -> None:
+        """Until ``n`` requests are being answered at once."""
+        await self._wait(lambda: self.in_flight, n)
+
     async def _wait(self, value: Any, n: int) -> None:
         if value() >= n:
             return
@@ -168,8 +175,12 @@ class FaultyUpstream:
             seen.peer = peer[1] if peer else 0
             self.received.append(seen)
         self.hits += 1
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         self._notify()
         try:
+            if self.hold is not None:
+                await self.hold.wait()
             return await self._answer(request, seen)
         except asyncio.CancelledError:
             if seen.reset:
@@ -178,6 +189,8 @@ class FaultyUpstream:
             self.cancelled += 1
             self._notify()
             raise
+        finally:
+            self.in_flight -= 1
 
     async def _answer(self, request: web.Request, seen: Seen) -> web.StreamResponse:
         fault = self._next()

@@ -307,3 +307,16 @@ def test_reconfiguring_never_loses_a_waiter_nor_overfills_the_bucket(steps):
             b.admit_queued(waiting.pop(0))
         assert b.available(now) <= b.capacity
         assert b.queued == len(waiting)
+
+
+def test_take_is_acquire_when_a_token_is_free_and_does_nothing_when_none_is() -> None:
+    fast, slow = RateLimiter(rate=10, burst=0.2, now=0.0), RateLimiter(rate=10, burst=0.2, now=0.0)
+    for now in (0.0, 0.0, 0.05, 0.1, 0.1, 0.25, 0.26, 0.3):
+        took = fast.take(now)
+        if not took:
+            before = fast.stats.counts()
+            assert fast.balance(now) < 1.0 and fast.stats.counts() == before
+            took = fast.acquire(now).admitted  # what a caller does next
+        assert took == slow.acquire(now).admitted
+        assert fast.balance(now) == pytest.approx(slow.balance(now))
+    assert fast.stats.counts() == slow.stats.counts()

@@ -169,6 +169,31 @@ def test_fixed_limits_never_move():
         assert (c.probe_state, c.pools.read.limit, c.pools.write.limit) == (S, 2, 2)
 
 
+def test_a_reconfigure_keeps_holders_and_waiters_and_grants_by_the_new_limits():
+    c = EndpointConcurrency(ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=False, max_queue=10, max_wait=1)
+    first = [c.pools.read.acquire(0.0) for _ in range(5)]
+    assert [d.admitted for d in first] == [True, True, False, False, False]
+    granted = c.reconfigure(ProbeSpec(initial=8, min=2, max=16), 1.0, probing=True, max_queue=1, max_wait=5)
+    assert granted == [(Kind.READ, first[2].waiter), (Kind.READ, first[3].waiter)]  # 4 read tickets now
+    assert (c.pools.read.limit, c.pools.read.in_use, c.pools.read.queued) == (4, 4, 1)
+    assert c.pools.read.acquire(1.0).rejected  # the new max_queue (1) for new waiters; the old one stays
+    assert c.probe_state is S and c.prober is not None and c.prober.limits == (4, 4)
+    assert c.reconfigure(ProbeSpec(initial=2, min=2, max=2), 2.0, probing=False) == []  # smaller: none revoked
+    assert (c.pools.read.limit, c.pools.read.in_use, c.prober) == (1, 4, None)
+    assert c.pools.read.release() == 0 and c.pools.read.release() == 0 and c.pools.read.release() == 0
+    assert c.pools.read.release() == first[4].waiter  # back under the limit: the waiter gets the ticket
+
+
+def test_resume_starts_a_fresh_interval_after_an_idle_stretch():
+    c = EndpointConcurrency(ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=True, max_queue=10, max_wait=1)
+    c.pools.read.acquire(0.0)
+    c.pools.read.release()
+    c.resume(100.0)  # the ticket returned long ago and the idle stretch are not this interval's measure
+    c.pools.write.acquire(100.0)
+    c.on_interval(100.1)  # stable: 0 returned in this interval (not 1 over 100 s), not exhausted: probe down
+    assert c.probe_state is DOWN and c.prober is not None and c.prober.stable_throughput == 0.0
+
+
 @FAST
 @given(
     st.integers(2, 20),

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.config import PRESETS, ConfigError, effective, effective_yaml, load_file, load_text, retry_policy
+from sidecar.config import (
+    PRESETS,
+    ConfigError,
+    effective,
+    effective_yaml,
+    load_dict,
+    load_file,
+    load_text,
+    retry_policy,
+)
 from sidecar.config.units import format_duration, parse_duration, parse_size
 from sidecar.policy import Jitter, OutcomeClass, ThrottleKind
 
@@ -225,3 +234,35 @@ def test_hedging_non_fatal_defaults_to_retry_on() -> None:
     p = load_text("policies:\n  p: {retry_on: [unavailable], hedging: {max_attempts: 2, delay: 20ms}}\n", {})
     h = retry_policy("p", p.policies["p"]).hedging
     assert h is not None and h.non_fatal == {C.UNAVAILABLE} and h.delay == 0.02 and h.max_attempts == 2
+
+
+def _listeners(*listens: str, admin: str | None = None) -> dict:
+    return {
+        "admin": {"listen": admin},
+        "upstreams": {"u": {"endpoints": ["127.0.0.1:1"]}},
+        "listeners": [
+            {"name": f"l{i}", "protocol": "http", "listen": listen, "upstream": "u"}
+            for i, listen in enumerate(listens)
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("listens", "admin", "clash"),
+    [
+        (["127.0.0.1:8080", "127.0.0.1:8080"], None, "listeners[1].listen"),
+        (["0.0.0.0:8080", "127.0.0.1:8080"], None, "listeners[1].listen"),  # the wildcard holds every host
+        (["127.0.0.1:8080"], "0.0.0.0:8080", "admin.listen"),
+        (["127.0.0.1:0", "127.0.0.1:0"], "127.0.0.1:0", None),  # port 0: each gets a free port
+        (["127.0.0.1:8080", "127.0.0.2:8080"], "127.0.0.1:8081", None),
+    ],
+)
+def test_two_listeners_on_one_address_is_an_error_naming_both(
+    listens: list[str], admin: str | None, clash: str | None
+) -> None:
+    if clash is None:
+        load_dict(_listeners(*listens, admin=admin), {})
+        return
+    with pytest.raises(ConfigError) as err:
+        load_dict(_listeners(*listens, admin=admin), {})
+    assert clash in str(err.value) and "listeners[0]" in str(err.value)

@@ -94,3 +94,31 @@ def test_any_malformed_reply_is_a_failure(reply):
     m.settled([1, "2", "1"], 0.001)
     assert m.settled(reply, 0.001) is not None
     assert m.up == 0 and not b.leased
+
+
+# -- a fleet-wide request rate (admission requests.scope: fleet) ------------------------------------------
+class Paced:
+    """A listener's limiter as the share sees it: requests that asked, and the pace it was last given."""
+
+    def __init__(self) -> None:
+        self.attempted = 0
+        self.paces: list[tuple[float, float]] = []
+
+    def pace(self, rate: float, burst: float) -> None:
+        self.paces.append((rate, burst))
+
+
+def test_a_rate_share_reports_smoothed_demand_and_paces_its_bucket_by_its_share() -> None:
+    from sidecar.fleet.member import RateLimitShare
+
+    limit = Paced()
+    share = RateLimitShare("admission:web", limit, rate=100.0, burst=2.0)
+    assert share.spec.ratio == 0 and share.spec.rate == 100 and share.spec.capacity == 200
+    share.stand_alone(4)  # before the first settle, or Redis gone: a quarter of the fleet's rate
+    assert limit.paces[-1] == (25.0, 2.0) and share.share == 0.25
+    limit.attempted = 40
+    assert share.report().demand == 20.0  # half of the 40 that asked, half of the 0 before
+    limit.attempted = 60
+    assert share.report().demand == 20.0  # (20 + 20) / 2
+    share.granted(tokens=7.0, share=0.8)  # the share of the rate, whatever the tokens
+    assert limit.paces[-1] == (80.0, 2.0) and share.share == 0.8

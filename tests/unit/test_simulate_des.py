@@ -188,3 +188,49 @@ def test_queueing_in_the_limiter_absorbs_bursts_below_the_rate() -> None:
 def test_a_request_limiter_belongs_to_the_sidecar_strategy() -> None:
     with pytest.raises(ValueError, match="sidecar"):
         des.run(small(), "backoff", limited(10, 1))
+
+
+# -- execution control in each sidecar (upstream.concurrency: sidecar.admission.EndpointConcurrency) -----------
+
+
+def test_concurrency_tickets_hold_100000_clients_to_the_limit_at_the_server() -> None:
+    """100,000 clients offer 3x what the server carries below its knee, through one sidecar whose endpoint has
+    10 read tickets: the server never works on more than 10 requests at once (nothing is abandoned: every
+    attempt is answered well within its deadline), the rest are refused before any attempt, and every request
+    is still accounted for; without the tickets the server goes past its knee."""
+    base = {
+        "duration": "15s",
+        "outage": None,
+        "server": {"error_rate": 0.0, "jitter": "0ms"},
+        "clients": {"count": 100_000, "rate": 900, "timeout": "2s"},
+        "sidecar": {"policy": {"max_attempts": 2, "throttle": None}},
+    }
+    cc = {"mode": "fixed", "initial": 20, "max_queue": 0, "max_wait": "0s"}
+    limited_cc = deep_merge(base, {"sidecar": {"upstream": {"concurrency": cc}}})
+    rec, clients = des.simulate(small(**limited_cc), "sidecar")
+    t = totals(rec)
+    assert t["offered"] == t["ok"] + t["failed"] + rec.unfinished
+    assert max(sec.inflight for sec in rec.seconds) == 10
+    sidecar = clients.sidecars[0]  # type: ignore[union-attr]
+    assert sidecar.ticket_refusals > t["offered"]  # each refused request was refused twice (max_attempts 2)
+    assert t["ok"] > 80 * 15  # and the tickets are used: ~90 answers/s (10 at a time, 100 ms + a 10 ms tick)
+    plain, _ = des.simulate(small(**base), "sidecar")
+    assert max(sec.inflight for sec in plain.seconds) > 30
+
+
+def test_probing_grows_from_too_few_tickets_and_queued_attempts_get_theirs() -> None:
+    """50 requests/s at 100 ms need about 5 read tickets; probing starts with 2 (initial 4, half for reads):
+    the pools are exhausted, so the prober probes up and keeps what raised the throughput; queued attempts
+    are granted as tickets come back or the limit grows, and none waits past max_wait unserved for long."""
+    cc = {"mode": "probing", "initial": 4, "min": 2, "max": 64, "interval": "100ms", "max_queue": 500,
+          "max_wait": "1s"}
+    s = small(outage=None, server={"error_rate": 0.0}, sidecar={"upstream": {"concurrency": cc}})
+    rec, clients = des.simulate(s, "sidecar")
+    t = totals(rec)
+    assert t["offered"] == t["ok"] + t["failed"] + rec.unfinished
+    sidecar = clients.sidecars[0]  # type: ignore[union-attr]
+    endpoint = next(iter(sidecar.tickets.values()))
+    stats = endpoint.pools.read.stats
+    assert endpoint.prober.stable_concurrency > 4
+    granted_from_queue = stats.removed_from_queue - stats.interrupted_in_queue - stats.rejected
+    assert granted_from_queue > 0.5 * stats.added_to_queue > 0

@@ -12,6 +12,11 @@
 
 Every answer after more than one attempt carries ``grpc-previous-rpc-attempts`` in its trailers.
 
+A call admission refuses (:func:`refused`, issue 12: the listener's request rate, or an endpoint's ticket
+queue) ends with ``RESOURCE_EXHAUSTED``, details naming the limiter, and ``grpc-retry-pushback-ms`` set to
+the wait for the next token (A6: a client that retries ``RESOURCE_EXHAUSTED`` waits that long; ``0`` when
+the wait is not known).
+
 What goes to the client, and when (:class:`Downstream`). The client's side of a proxied call: the one owner of its outgoing operations.
 
 grpc core allows one operation of each kind in flight on a call, and the server sends the call's status
@@ -35,9 +40,10 @@ from typing import Any
 
 import grpc
 
+from ...admission.refusal import Refusal
 from ...policy import Finish, OutcomeClass, Reason
 from ...runtime import AttemptContext
-from .metadata import response_metadata, with_give_up_pushback, with_previous_attempts
+from .metadata import PUSHBACK, response_metadata, with_give_up_pushback, with_previous_attempts
 from .replay import RequestStream
 
 DEADLINE_DETAILS = "Deadline propagation: Not enough time to handle this call"
@@ -100,6 +106,15 @@ def answer(finish: Finish, status: UpstreamStatus | None, *, upstream: str, give
     if give_up_pushback and reason in _GIVE_UPS and code is not grpc.StatusCode.OK:
         trailing = with_give_up_pushback(trailing)
     return Answer(code, details, with_previous_attempts(trailing, previous))
+
+
+def refused(refusal: Refusal) -> Answer:
+    """What a call refused by admission ends with: ``RESOURCE_EXHAUSTED`` and when to come back."""
+    return Answer(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"retry-sidecar: {refusal.message}",
+        [(PUSHBACK, str(refusal.retry_after_ms))],
+    )
 
 
 # -- the client's side of the call ----------------------------------------------------------------------

@@ -50,6 +50,7 @@ class Attempter:
         classifier: GrpcClassifier,
         observer: RequestObserver,
         deadline_header: str | None,
+        single_request: bool = False,
     ) -> None:
         self.channels = channels
         self.method = method
@@ -59,6 +60,7 @@ class Attempter:
         self.classifier = classifier
         self.obs = observer
         self.deadline_header = deadline_header
+        self.single_request = single_request  # the route is in ``unary_requests``: see OneMessage
 
     def discard(self, payload: Any) -> None:
         pass  # an UpstreamStatus holds no connection
@@ -74,17 +76,31 @@ class Attempter:
         )
         if cmd.attempt > 1:
             self.obs.set_attempt_attribute(cmd.attempt, "previous-rpc-attempts", cmd.previous_attempts)  # A45
-        call = self.channels.stream_stream(cmd.endpoint, self.method)(metadata=md, timeout=timeout)
-        first_status = _watch_status(call)
-        writer = asyncio.get_running_loop().create_task(_write_request(self.request, call, cmd, ctx))
+        one: OneMessage | None = None
+        if self.single_request:
+            one = OneMessage(self.channels, cmd.endpoint, self.method, md, timeout)
+            sink: Any = one
+        else:
+            sink = self.channels.stream_stream(cmd.endpoint, self.method)(metadata=md, timeout=timeout)
+        writer = asyncio.get_running_loop().create_task(_write_request(self.request, sink, cmd, ctx))
+        call = sink
         try:
-            return await self._receive(call, cmd, ctx, timeout is not None, first_status)
+            if one is not None:
+                call = await one.started()
+            first_status = _watch_status(call)
+            result = await self._receive(call, cmd, ctx, timeout is not None, first_status)
         except asyncio.CancelledError:
             call.cancel()
+            task = asyncio.current_task()
+            if one is not None and one.second_message and task is not None and not task.cancelling():
+                return _second_message(self.method)  # grpc raised it from the call the writer cancelled
             raise
         finally:
             if not writer.done():
                 writer.cancel()
+        if one is not None and one.second_message:
+            return _second_message(self.method)
+        return result
 
     async def _respond(self, call: Any, ctx: AttemptContext, initial: Any, n: int) -> AttemptResult | None:
         """This attempt has something for the client: claim the response (the first attempt to do so wins,
@@ -182,6 +198,75 @@ async def _write_request(request: RequestStream, call: Any, cmd: SendAttempt, ct
         # The call ended while we were writing: its status tells what happened. (grpcio raises its internal
         # ExecuteBatchError for a half-close on a call that already ended: found by fuzzing, tests/fuzz.)
         pass
+    except SecondMessage:
+        call.cancel()  # the attempt ends with the error saying so (OneMessage.second_message)
     except Exception:
         log.exception("sending the request stream of attempt %d failed", cmd.attempt)
         call.cancel()
+
+
+# -- methods whose request is one message -----------------------------------------------------------------
+class SecondMessage(Exception):
+    """The client sent a second request message on a method listed in ``unary_requests``."""
+
+
+class OneMessage:
+    """The request side of an attempt whose method takes one request message (unary and server-streaming
+    methods, listed in the listener's ``unary_requests``): the upstream call starts once that message is
+    there, in grpc's single-request form (headers, message and half-close in one operation: cheaper for the
+    sidecar than a stream, where each is an operation of its own). It takes the place of the stream call's
+    ``write`` / ``done_writing`` for ``RequestStream.feed``, so replay, the buffer limit and
+    ``RequestComplete`` work as for every call.
+
+    A client that half-closes without a message gets the stream form (the upstream answers what it would);
+    a second message means the method was listed wrongly: the call is cancelled and the attempt ends with
+    an error saying so, rather than the upstream answering half a request."""
+
+    __slots__ = ("channels", "endpoint", "method", "metadata", "timeout", "call", "second_message")
+
+    def __init__(
+        self, channels: Channels, endpoint: str, method: str, metadata: Any, timeout: float | None
+    ) -> None:
+        self.channels = channels
+        self.endpoint = endpoint
+        self.method = method
+        self.metadata = metadata
+        self.timeout = timeout
+        self.call: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.second_message = False
+
+    async def started(self) -> Any:
+        """The upstream call, once the request's message (or its end) is there."""
+        return await self.call
+
+    async def write(self, message: bytes) -> None:
+        if not self.call.done():
+            mc = self.channels.unary_stream(self.endpoint, self.method)
+            self.call.set_result(mc(message, metadata=self.metadata, timeout=self.timeout))
+            return
+        self.second_message = True
+        raise SecondMessage
+
+    async def done_writing(self) -> None:
+        if not self.call.done():  # no message at all: as a stream of none
+            mc = self.channels.stream_stream(self.endpoint, self.method)
+            call = mc(metadata=self.metadata, timeout=self.timeout)
+            self.call.set_result(call)
+            await call.done_writing()
+
+    def cancel(self) -> None:
+        if self.call.done():
+            self.call.result().cancel()
+        else:
+            self.call.cancel()
+
+
+def _second_message(method: str) -> AttemptResult:
+    details = (
+        f"sidecar: the client sent a second request message on {method}, which the listener's "
+        "unary_requests lists as taking one: remove it from unary_requests"
+    )
+    return AttemptResult(
+        Outcome(OutcomeClass.FATAL, detail="second request message on a unary_requests method"),
+        UpstreamStatus(grpc.StatusCode.INTERNAL, details),
+    )

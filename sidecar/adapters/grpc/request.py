@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from ...admission import Kind
+from ...admission.refusal import Refusal
+from ...policy import Reason
 from ...policy.deadline import MAX_TIMEOUT_S, parse_timeout_ms
 from ...runtime import Driver, drive
 from ...services import Services, UpstreamRuntime
-from .answer import Answer, Downstream, answer
+from ...ticket_gate import gate
+from .answer import Answer, Downstream, answer, refused
 from .attempt import Attempter
 from .classify import GrpcClassifier
 from .metadata import first_value, request_metadata
@@ -29,6 +34,8 @@ from .upstream import Channels
 
 log = logging.getLogger("sidecar.grpc")
 DEFAULT_REPLAY_BUFFER = 256 * 1024
+#: Calls the request gate never limits (counted as exempted): the standard health service.
+HEALTH = "/grpc.health.v1.Health/"
 
 
 @dataclass(slots=True)
@@ -51,6 +58,31 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     pc = compiled.config
     incoming = [(m.key, m.value) for m in context.invocation_metadata() or ()]
     received = _received_timeout(context, incoming, pc.deadline.header)
+    arrival = loop.time()
+    door = services.door(shared.listener)
+    if door is not None and door.requests is not None:
+        timeout = received if route.timeout_cap is None else min(received or math.inf, route.timeout_cap)
+        refusal = await door.admit(
+            peer_host(context.peer()),
+            arrival,
+            arrival + timeout if timeout is not None else math.inf,
+            exempt=method.startswith(HEALTH),
+        )
+        if refusal is not None:
+            obs = services.refused(
+                refusal,
+                listener=shared.listener,
+                upstream=shared.upstream.name,
+                protocol="grpc",
+                name=route.name,
+                attributes={"rpc.system": "grpc", "rpc.service": route.service, "rpc.method": route.method},
+                parent={k: v for k, v in incoming if isinstance(v, str)},
+            )
+            ans = refused(refusal)
+            _deliver(context, ans)
+            obs.set_attribute("rpc.grpc.status_code", ans.code.value[0])
+            obs.end(ans.code.name)
+            return
     # A service config's timeout is applied as the client's own deadline, as a direct channel would have.
     call, obs = services.begin_request(
         compiled,
@@ -60,7 +92,7 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
         name=route.name,
         attributes={"rpc.system": "grpc", "rpc.service": route.service, "rpc.method": route.method},
         parent={k: v for k, v in incoming if isinstance(v, str)},
-        arrival=loop.time(),
+        arrival=arrival,
         received=received,
         cap=route.timeout_cap,
         request_complete=False,  # messages are forwarded as they come: complete once the client half-closed
@@ -87,15 +119,28 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
             classifier=_classifier(shared, route.policy, pc),
             observer=obs,
             deadline_header=pc.deadline.header if _has(incoming, pc.deadline.header) else None,
+            single_request=route.single_request,
         )
-        delivery = await drive(call, attempter, obs, drivers.append)
+        tickets = shared.upstream.concurrency
+        gated = None
+        if tickets is not None:
+            kind = ticket_kind(method, tickets.config.read_methods)
+            gated = gate(tickets, kind, loop, exempt=method.startswith(HEALTH))
+        delivery = await drive(call, attempter, obs, drivers.append, gated)
         await down.close()  # grpc sends the status when we return: nothing may be in flight beside it
-        ans = answer(
-            delivery.finish,
-            delivery.payload,
-            upstream=shared.upstream.name,
-            give_up_pushback=pc.give_up_pushback,
-        )
+        payload = delivery.payload
+        if isinstance(payload, Refusal) and not (
+            delivery.finish.reason is Reason.DEADLINE and not delivery.finish.own_deadline
+        ):  # the last attempt got no ticket: RESOURCE_EXHAUSTED, and when to come back
+            ans = refused(payload)
+            obs.refused(payload)
+        else:
+            ans = answer(
+                delivery.finish,
+                None if isinstance(payload, Refusal) else payload,
+                upstream=shared.upstream.name,
+                give_up_pushback=pc.give_up_pushback,
+            )
         _deliver(context, ans)
         obs.set_attribute("rpc.grpc.status_code", ans.code.value[0])
         obs.end(None if ans.code is grpc.StatusCode.OK else ans.code.name)
@@ -108,6 +153,28 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     finally:
         if stream is not None:
             stream.close()
+
+
+def ticket_kind(method: str, read_methods: list[str]) -> Kind:
+    """Which ticket an attempt of ``method`` (``/pkg.Service/Method``) takes: a read when
+    ``concurrency.read_methods`` names it (exactly, or its service as ``/pkg.Service/*``), else a write."""
+    for m in read_methods:
+        if m == method or (m.endswith("/*") and method.startswith(m[:-1])):
+            return Kind.READ
+    return Kind.WRITE
+
+
+def peer_host(peer: str | None) -> str:
+    """The client's IP address from grpc's peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``;
+    ``""`` for anything else, a Unix socket)."""
+    if not peer:
+        return ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]").replace("%25", "%")
+    return ""
 
 
 def _deliver(context: grpc.aio.ServicerContext, ans: Answer) -> None:

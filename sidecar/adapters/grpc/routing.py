@@ -3,12 +3,12 @@
 A listener's ``method_policies`` maps ``package.Service/Method``, ``package.Service`` or ``*`` to a policy
 name; a service config adds its entries there at load. Resolution: the exact method, then its service,
 then ``*``, then the listener's ``policy``. A service config's ``timeout`` is found the same way and caps the
-call's deadline.
+call's deadline, and ``unary_requests`` (the same keys) says whether the method's request is one message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 _CACHE_LIMIT = 4096
@@ -21,6 +21,7 @@ class Route:
     method: str
     policy: str
     timeout_cap: float | None = None
+    single_request: bool = False  # listed in ``unary_requests``: the request is one message
 
 
 def split_method(path: str) -> tuple[str, str]:
@@ -31,11 +32,16 @@ def split_method(path: str) -> tuple[str, str]:
 
 class MethodRoutes:
     def __init__(
-        self, method_policies: Mapping[str, str], fallback: str, timeouts: Mapping[str, float]
+        self,
+        method_policies: Mapping[str, str],
+        fallback: str,
+        timeouts: Mapping[str, float],
+        unary_requests: Collection[str] = (),
     ) -> None:
         self.table = dict(method_policies)
         self.fallback = fallback
         self.timeouts = dict(timeouts)
+        self.unary_requests = frozenset(unary_requests)
         self._cache: dict[str, Route] = {}
 
     def resolve(self, path: str) -> Route:
@@ -51,4 +57,5 @@ class MethodRoutes:
         keys = (f"{service}/{method}", service, "*")
         policy = next((self.table[k] for k in keys if k in self.table), self.fallback)
         cap = next((self.timeouts[k] for k in keys if k in self.timeouts), None)
-        return Route(f"{service}/{method}", service, method, policy, cap)
+        single = any(k in self.unary_requests for k in keys)
+        return Route(f"{service}/{method}", service, method, policy, cap, single)

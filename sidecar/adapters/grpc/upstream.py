@@ -32,6 +32,7 @@ class Channels:
             self.options += (("grpc.ssl_target_name_override", tls.server_name),)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stream: dict[tuple[str, str], grpc.aio.StreamStreamMultiCallable] = {}
+        self._unary: dict[tuple[str, str], grpc.aio.UnaryStreamMultiCallable] = {}
 
     def channel(self, endpoint: str) -> grpc.aio.Channel:
         ch = self._channels.get(endpoint)
@@ -44,7 +45,8 @@ class Channels:
         return ch
 
     def stream_stream(self, endpoint: str, method: str) -> grpc.aio.StreamStreamMultiCallable:
-        """Every call goes upstream as a stream: its request messages are forwarded as they arrive."""
+        """A call goes upstream as a stream (unless its method is in ``unary_requests``): its request
+        messages are forwarded as they arrive."""
         key = (endpoint, method)
         mc = self._stream.get(key)
         if mc is None:
@@ -53,9 +55,20 @@ class Channels:
             mc = self._stream[key] = self.channel(endpoint).stream_stream(method)
         return mc
 
+    def unary_stream(self, endpoint: str, method: str) -> grpc.aio.UnaryStreamMultiCallable:
+        """A method whose request is one message (``unary_requests``): the response may still stream."""
+        key = (endpoint, method)
+        mc = self._unary.get(key)
+        if mc is None:
+            if len(self._unary) >= _MULTICALLABLE_LIMIT:
+                self._unary.clear()
+            mc = self._unary[key] = self.channel(endpoint).unary_stream(method)
+        return mc
+
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
         self._stream.clear()
+        self._unary.clear()
         for ch in channels:
             await ch.close()
 

@@ -22,6 +22,11 @@ Requests refused before any attempt get 400 (malformed), 403 (absolute-form to a
 (``CONNECT``), 408 (head not received within ``idle_timeout``), 431 (head larger than
 ``max_header_size``), 503 (the sidecar is shutting down); each with a short text body naming the cause.
 A request whose body stops arriving for ``request_body_timeout`` gets 408 too, its attempts abandoned.
+
+A request admission refuses (:func:`refused`, issue 12) gets 429 when the listener's request rate refused it
+and 503 when an endpoint's concurrency did (its ticket queue is full, or the wait is too long); both with
+``Retry-After`` (whole seconds, rounded up), and for a rate the IETF ``RateLimit-Policy`` and ``RateLimit``
+fields (draft-ietf-httpapi-ratelimit-headers-11: ``"profile";q=500;w=1`` and ``"profile";r=0;t=1``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from ...admission.reasons import Limiter
+from ...admission.refusal import Refusal
 from ...policy import Finish, OutcomeClass, Reason
 from .headers import phrase
 
@@ -75,6 +82,33 @@ def for_finish(finish: Finish, expired_status: int) -> Answer | None:
         502,
         f"no upstream response{tries} ({reason.value}{', ' + outcome.detail if outcome and outcome.detail else ''})",
     )
+
+
+def refused(refusal: Refusal) -> Answer:
+    """What a client refused by admission is told: 429 (a rate) or 503 (concurrency), when to come back."""
+    status = 503 if refusal.limiter is Limiter.CONCURRENCY else 429
+    seconds = refusal.retry_after_seconds
+    headers: list[tuple[bytes, bytes]] = [(b"Retry-After", b"%d" % seconds)]
+    policy = refusal.policy
+    if policy is not None:
+        name = _sf_string(policy.name)
+        headers.append((b"RateLimit-Policy", b"%s;q=%d;w=%d" % (name, policy.quota, policy.window)))
+        headers.append((b"RateLimit", b"%s;r=0;t=%d" % (name, seconds)))
+    return Answer(status, f"retry-sidecar: {refusal.message}\n".encode(), tuple(headers))
+
+
+def _sf_string(value: str) -> bytes:
+    """``value`` as a structured-field String (RFC 8941 3.3.3): printable ASCII, quoted, ``"`` and ``\\``
+    escaped; any other character becomes ``?``."""
+    out = []
+    for ch in value:
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            out.append("?")
+    return ('"' + "".join(out) + '"').encode("ascii")
 
 
 def text(status: int, message: str) -> Answer:

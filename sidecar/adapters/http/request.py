@@ -7,6 +7,11 @@ and ``-Proto`` added, the body's framing restated) and completed per attempt (``
 follows the engine's finish (see ``answer.py``): the chosen upstream response is streamed to the client
 as it arrives, or the sidecar answers itself.
 
+Admission (issue 12): a listener with a request limit asks its door once the head is read, before any
+upstream work (``Forwarder._enter``): a refused request is answered at once (429, ``answer.refused``), a
+queued one waits on the loop's timer heap with its driver not yet started (``Forwarding.queued``), and a
+client that leaves while queued gives its token back.
+
 All of it runs in protocol callbacks: :meth:`Forwarder.begin` starts a request's :class:`~sidecar.runtime.Driver`
 and returns; the driver calls :meth:`Forwarding.finished` when the engine is done, from whichever callback
 brought the last event; the connection hears ``request_done`` once the answer is complete.
@@ -16,20 +21,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from typing import Any, Final
 
 import httptools
 from mypy_extensions import mypyc_attr
 
+from ...admission import Kind
+from ...admission.refusal import Refusal
 from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
+from ...door import Door, Wait
 from ...policy import Finish, Reason
 from ...policy.deadline import parse_timeout_ms
 from ...runtime import CallOwner, Driver
 from ...services import Services
 from ...telemetry import RequestObserver
-from ...timers import Timers, timers_for
+from ...ticket_gate import gate as ticket_gate
+from ...timers import TimerEntry, Timers, timers_for
 from .answer import Answer, encode, for_finish, text
+from .answer import refused as refusal_answer
 from .attempt import Attempter
 from .headers import Headers, find_header, request_head, response_head
 from .plan import Plan
@@ -47,6 +58,10 @@ _METHODS: Final = {
 
 
 IDEMPOTENT: Final = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
+#: Methods whose attempts take a read ticket of an upstream's ``concurrency`` (issue 12); any other, a write.
+READS: Final = frozenset({b"GET", b"HEAD", b"OPTIONS"})
+_READ: Final = Kind.READ
+_WRITE: Final = Kind.WRITE
 
 
 class IncomingRequest:
@@ -151,6 +166,8 @@ class Forwarder:
         self.is_self = self._is_self  # bound once, not per request
         self._last_target: Target | None = None
         self._last_plan: Plan | None = None
+        door = services.door(config.name)
+        self.door: Door | None = door if door is not None and door.requests is not None else None
 
     def bind(self, loop: asyncio.AbstractEventLoop, address: tuple[str, int]) -> None:
         """The listener is serving at ``address`` (its real port, when the config said 0) on ``loop``."""
@@ -250,6 +267,13 @@ class Forwarder:
         # Envoy's rule: the per-try timeout and the sidecar's own deadline start once the whole request is
         # upstream; an upload still arriving is not the upstream's time (the client's deadline still counts).
         complete = body is None or body.complete
+        door = self.door
+        wait: Wait | None = None
+        if door is not None:  # admission: after the whole head, before any upstream work
+            entry = self._enter(door, req, conn, target_url, timeout)
+            if isinstance(entry, Refusal):
+                return self._refused(entry, req, conn, plan, method, attrs, rh.trace)
+            wait = entry
         call, obs = self.services.begin_request(
             plan.policy,
             plan.upstream,
@@ -274,10 +298,58 @@ class Forwarder:
         timers = self.timers
         if timers is None:
             timers = self.timers = timers_for(conn.loop)
-        fwd.driver = Driver(call, attempter, obs, fwd, conn.loop, timers)
+        tickets = plan.upstream.concurrency
+        gate = None
+        if tickets is not None:  # the upstream limits attempts in flight: each waits for its ticket
+            exempt = door is not None and door.path_exempt(target_url.partition(b"?")[0].decode("latin-1"))
+            gate = ticket_gate(tickets, _READ if req.method in READS else _WRITE, conn.loop, exempt)
+        fwd.driver = Driver(call, attempter, obs, fwd, conn.loop, timers, gate)
+        if wait is not None and door is not None:
+            fwd.queued(door, wait, timers, complete)  # the driver starts when its token is due
+            return
         # conn.last_activity: the loop time read by the callback that got here (data_received, or
         # request_done for a pipelined request), as loop.time() would say again
         fwd.driver.start(conn.last_activity)
+
+    def _enter(
+        self, door: Door, req: IncomingRequest, conn: ClientConnection, url: bytes, timeout: float | None
+    ) -> Refusal | Wait | None:
+        """The request gate: go ahead (``None``), refused, or wait. Exempt: the client's address in
+        ``exempt_cidrs``, the path in the listener's ``exempt_paths``."""
+        if door.exemptions and (
+            door.client_exempt(conn.client_ip.decode("latin-1"))
+            or door.path_exempt(url.partition(b"?")[0].decode("latin-1"))
+        ):
+            door.exempt()
+            return None
+        deadline = req.began + timeout if timeout is not None else math.inf
+        return door.request(conn.last_activity, deadline)
+
+    def _refused(
+        self,
+        refusal: Refusal,
+        req: IncomingRequest,
+        conn: ClientConnection,
+        plan: Plan,
+        method: str,
+        attrs: dict[str, str | int] | None,
+        parent: Any,
+    ) -> None:
+        obs = self.services.refused(
+            refusal,
+            listener=self.name,
+            upstream=plan.upstream.name,
+            protocol="http",
+            name=method,
+            attributes=attrs,
+            parent=parent,
+            meters=plan.meters,
+        )
+        answer = refusal_answer(refusal)
+        write_answer(req, conn, answer)
+        obs.set_attribute("http.response.status_code", answer.status)
+        obs.end(refusal.reason.value)
+        conn.request_done(req)
 
     def _is_self(self, host: bytes) -> bool:
         """Does ``Host`` name the sidecar itself (``127.0.0.1:15001``)? Then the upstream is told its own
@@ -311,7 +383,21 @@ def write_answer(req: IncomingRequest, conn: ClientConnection, answer: Answer) -
 class Forwarding(CallOwner):
     """One request between ``begin`` and its complete answer."""
 
-    __slots__ = ("forwarder", "req", "conn", "obs", "attempter", "driver", "response", "stalled")
+    __slots__ = (
+        "forwarder",
+        "req",
+        "conn",
+        "obs",
+        "attempter",
+        "driver",
+        "response",
+        "stalled",
+        "door",
+        "wait",
+        "wake",
+        "timers",
+        "began_complete",
+    )
 
     def __init__(
         self,
@@ -329,6 +415,12 @@ class Forwarding(CallOwner):
         self.driver: Driver | None = None
         self.response: UpstreamResponse | None = None  # being streamed to the client
         self.stalled = 0.0  # the request body stalled for this many seconds: answered 408
+        # admission: queued for a token until ``wait.at`` (the driver not started yet)
+        self.door: Door | None = None
+        self.wait: Wait | None = None
+        self.wake: TimerEntry | None = None
+        self.timers: Timers | None = None
+        self.began_complete = True
 
     def _over(self) -> None:
         """The answer is complete: on to the connection's next request. The references that tie this
@@ -337,8 +429,45 @@ class Forwarding(CallOwner):
         self.attempter.ctx = None
         self.conn.request_done(self.req)
 
+    # -- admission: queued for a token ------------------------------------------------------------------
+    def queued(self, door: Door, wait: Wait, timers: Timers, complete: bool) -> None:
+        """Wait for the borrowed token (``wait.at``) before the driver starts. ``complete``: the call was
+        set up with the whole request received."""
+        self.door = door
+        self.wait = wait
+        self.timers = timers
+        self.began_complete = complete
+        self.wake = timers.call_at(wait.at, self.admitted)
+
+    def admitted(self) -> None:
+        """The token is due: the request goes ahead."""
+        wait, door, driver = self.wait, self.door, self.driver
+        self.wait = self.wake = None
+        if wait is None or door is None or driver is None:
+            return
+        now = self.conn.loop.time()
+        door.admitted(wait, now)
+        driver.start(now)
+        if not self.began_complete and self.req.body_complete and driver.finish is None:
+            driver.request_complete(now)
+
+    def _leave_queue(self) -> bool:
+        """Stop waiting (the client went away, or its body stalled): the token goes back. False: it was not
+        waiting."""
+        wait, wake = self.wait, self.wake
+        if wait is None:
+            return False
+        self.wait = self.wake = None
+        if wake is not None and self.timers is not None:
+            self.timers.cancel(wake)
+        if self.door is not None:
+            self.door.interrupted(wait)
+        return True
+
     def body_complete(self) -> None:
         """The client's whole body has arrived and gone to the attempts in flight: their clocks start."""
+        if self.wait is not None:
+            return  # queued: the driver is told when it starts
         driver = self.driver
         if driver is not None and driver.finish is None:
             driver.request_complete()
@@ -346,6 +475,15 @@ class Forwarding(CallOwner):
     def body_stalled(self, timeout: float) -> None:
         """Nothing of the request body came for ``request_body_timeout``: abandon the attempts, answer 408,
         close (the rest of the body will not be read)."""
+        if self._leave_queue():
+            why = f"request body stalled for request_body_timeout ({timeout:g}s)"
+            self.forwarder.rejected.reject("408")
+            self.conn.close_after_answer()
+            write_answer(self.req, self.conn, text(408, why))
+            self.obs.set_attribute("http.response.status_code", 408)
+            self.obs.end(why)
+            self._over()
+            return
         driver = self.driver
         if driver is None or driver.finish is not None:
             self.conn.close()  # answered already: the connection cannot carry another request
@@ -355,6 +493,10 @@ class Forwarding(CallOwner):
 
     def client_gone(self) -> None:
         """The client disconnected: stop the attempts, or the response being streamed."""
+        if self._leave_queue():
+            self.obs.end("client went away")
+            self._over()
+            return
         if self.driver is not None and self.driver.finish is None:
             self.driver.client_gone()  # -> finished(cancelled)
             return
@@ -374,7 +516,7 @@ class Forwarding(CallOwner):
             self.obs.end("internal error")
             self.conn.abort_request(self.req)
 
-    def _answer(self, finish: Finish, payload: UpstreamResponse | None) -> None:
+    def _answer(self, finish: Finish, payload: Any) -> None:
         req, conn, obs = self.req, self.conn, self.obs
         if finish.reason is _CANCELLED:
             if payload is not None:
@@ -390,7 +532,12 @@ class Forwarding(CallOwner):
                 obs.end("client went away")
             self._over()
             return
-        resp = payload
+        resp: UpstreamResponse | None = None
+        if isinstance(payload, UpstreamResponse):  # (a native class: the cheap test first)
+            resp = payload
+        elif isinstance(payload, Refusal):  # no ticket for the last attempt: the sidecar answers (503)
+            self._refused(finish, payload)
+            return
         expired = finish.outcome is not None and finish.outcome.deadline_expired
         if resp is not None and (finish.reason is _DEADLINE or expired) and not finish.own_deadline:
             # The client's deadline: nobody waits for it any more, or the upstream said it ran out of time:
@@ -407,6 +554,22 @@ class Forwarding(CallOwner):
             return
         obs.set_attribute("http.response.status_code", resp.status)
         self._deliver(resp)
+
+    def _refused(self, finish: Finish, refusal: Refusal) -> None:
+        """The request ends on an attempt that got no ticket (``ticket_gate.py``): 503 and when to come back;
+        unless the client's deadline ended it, which is answered as such (nobody waits for a 503 any more)."""
+        req, conn, obs = self.req, self.conn, self.obs
+        answer: Answer | None
+        if finish.reason is _DEADLINE and not finish.own_deadline:
+            answer = for_finish(finish, self.attempter.plan.expired_status)
+        else:
+            answer = refusal_answer(refusal)
+            obs.refused(refusal)
+        if answer is not None:
+            write_answer(req, conn, answer)
+            obs.set_attribute("http.response.status_code", answer.status)
+        obs.end(refusal.message)
+        self._over()
 
     def _deliver(self, resp: UpstreamResponse) -> None:
         """Write the chosen response: its head and what arrived of its body at once, then the rest as it

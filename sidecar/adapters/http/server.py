@@ -7,8 +7,10 @@ import asyncio
 import logging
 from typing import Any, Final
 
+from ...accept_gate import AcceptGate
 from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
+from ...door import Door
 from ...services import Services
 from ..acceptor import Acceptor
 from .connection import ConnectionOwner, ServerConnection
@@ -40,6 +42,7 @@ class HttpListener(ConnectionOwner):
         self.buffers = services.buffers
         self.max_header_size = config.max_header_size
         self._rejected = services.telemetry.metrics.listener(config.name)
+        self.gate: AcceptGate | None = None  # set by start(): the connection gate (admission.connections)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -77,9 +80,10 @@ class HttpListener(ConnectionOwner):
         def connection() -> Any:  # an asyncio protocol by its methods, not by inheritance
             return ServerConnection(self, loop)
 
+        gate = self.gate = AcceptGate(loop, self._door)
         server: Any = await Acceptor.start(
             self.name,
-            connection,
+            gate.factory(connection),
             self.host,
             self.port,
             max_connections=self.config.max_connections,
@@ -95,6 +99,8 @@ class HttpListener(ConnectionOwner):
         self.stopping = True
         if self.server is not None:
             self.server.close()
+        if self.gate is not None:
+            self.gate.close()
         for conn in list(self.connections):
             conn.close_after_answer()
             if not conn.busy:
@@ -120,6 +126,9 @@ class HttpListener(ConnectionOwner):
             self._sweeper.cancel()
         if self.server is not None:
             await self.server.wait_closed()
+
+    def _door(self) -> Door | None:
+        return self.services.door(self.name)
 
     # -- from connections (connection.ConnectionOwner) ------------------------------------------------
     def connection_opened(self, conn: ServerConnection) -> None:

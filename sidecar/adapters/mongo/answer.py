@@ -19,7 +19,7 @@ no-endpoint                            code 133 FailedToSatisfyReadPreference na
 cancelled                              nothing (the app went away)
 =====================================  =========================================================================
 
-Error codes the sidecar uses (none of them makes a driver retry by code):
+Error codes the sidecar uses (none of them makes a driver retry by code; 462's labels do):
 
 =====================================================  ====  ================================  ==========================
 when                                                   code  codeName                          labels
@@ -32,7 +32,13 @@ the upstream refused the sidecar's credentials          18   AuthenticationFaile
 the app tried to authenticate to the sidecar            18   AuthenticationFailed
 a command whose maxTimeMS cannot be set                 2    BadValue
 a bug in the sidecar while it carried the command        1    InternalError
+admission refused the command (request rate, tickets)   462  IngressRequestRateLimitExceeded   SystemOverloadedError,
+                                                                                               RetryableError
 =====================================================  ====  ================================  ==========================
+
+A refusal (:func:`refusal_doc`, issue 12) has the shape a MongoDB 8.2 server's ingress request rate limiter
+gives, so that a driver with client backpressure (pymongo 4.17+) backs off and retries by itself; its errmsg
+names the limiter and when a token is next free. A full ticket queue toward an upstream gets the same.
 
 ``RetryableError`` (and, for retryable writes, ``RetryableWriteError``) are added only with
 ``final_error_labels: keep``; in a transaction every network error carries ``TransientTransactionError``.
@@ -48,6 +54,7 @@ import bson
 from bson import CodecOptions
 from bson.raw_bson import RawBSONDocument
 
+from ...admission.refusal import Refusal
 from ...policy import Reason
 from ...runtime import Delivery
 from . import wire
@@ -96,6 +103,16 @@ def failure_doc(failure: Failure, cmd: Command, upstream: str, attempts: int, ke
         labels.append(RETRYABLE_WRITE_LABEL)
     msg = f"connection to upstream {upstream!r} broke{tried}: {failure.message}"
     return error_doc(9001, "SocketException", msg, labels)
+
+
+def refusal_doc(refusal: Refusal) -> bytes:
+    """The error a command refused by admission gets (code 462, overloaded and retryable)."""
+    return error_doc(
+        462,
+        "IngressRequestRateLimitExceeded",
+        f"retry-sidecar: {refusal.message}",
+        (OVERLOADED_LABEL, RETRYABLE_LABEL),
+    )
 
 
 def without_retry_labels(body: RawBSONDocument) -> bytes | None:

@@ -29,6 +29,11 @@ AUTH = frozenset({"saslStart", "saslContinue", "authenticate", "getnonce", "logo
 READS = frozenset(
     {"find", "aggregate", "distinct", "count", "listCollections", "listIndexes", "listDatabases"}
 )
+#: Reads in the sense of execution control (issue 12: which ticket pool an attempt uses); aggregate only without
+#: ``$out``/``$merge``. Everything else takes a write ticket.
+TICKET_READS = frozenset(
+    {"find", "aggregate", "count", "distinct", "getMore", "listCollections", "listIndexes"}
+)
 _WRITES = frozenset({"insert", "update", "delete", "findAndModify", "bulkWrite"})
 _TXN_END = frozenset({"commitTransaction", "abortTransaction"})
 #: commands whose first value names a collection
@@ -73,6 +78,7 @@ class Command:
     cursor_ids: tuple[int, ...]  # getMore / killCursors
     retryable_read: bool
     retryable_write: bool
+    reads_only: bool = False  # a read for execution control (TICKET_READS)
 
     @property
     def accepts_added_max_time(self) -> bool:
@@ -136,6 +142,7 @@ def _describe(name: str, raw: RawBSONDocument, msg: Msg) -> Command:
         max_time = None  # on getMore it is how long an awaitData cursor waits for data, not a deadline
     rp = read_preference(body.get("$readPreference"))
     retryable_read = not in_txn and _is_retryable_read(name, body)
+    reads_only = name in TICKET_READS and not (name == "aggregate" and _aggregate_writes(body))
     retryable_write = (
         lsid is not None and txn_number is not None and not in_txn and _is_retryable_write(name, body, msg)
     )
@@ -152,6 +159,7 @@ def _describe(name: str, raw: RawBSONDocument, msg: Msg) -> Command:
         cursor_ids=cursor_ids,
         retryable_read=retryable_read,
         retryable_write=retryable_write,
+        reads_only=reads_only,
     )
 
 

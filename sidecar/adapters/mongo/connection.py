@@ -34,7 +34,8 @@ from .patch import PatchError
 
 log = logging.getLogger("sidecar.mongo")
 
-Handler = Callable[[int, wire.Header, bytes], Awaitable[bytes | None]]
+#: (connection id, the app's address, header, payload) -> the reply to write (``None``: none)
+Handler = Callable[[int, str, wire.Header, bytes], Awaitable[bytes | None]]
 _QUEUE_LIMIT = 16
 _BAD_INPUT = (wire.ProtocolError, CommandError, PatchError)
 
@@ -74,6 +75,7 @@ class AppConnection(asyncio.Protocol):
         self.reading_paused = False
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.host = ""  # the app's IP address (admission's exempt_cidrs)
         self.buffer = bytearray()
         self.queue: collections.deque[tuple[wire.Header, bytes]] = collections.deque()
         self.wakeup: asyncio.Future[None] | None = None
@@ -91,6 +93,7 @@ class AppConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"
+            self.host = str(peer[0])
         self.connections.add(self)
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"mongo-app {self.peer}")
 
@@ -232,7 +235,7 @@ class AppConnection(asyncio.Protocol):
                     self._reading()
                 self.busy = True
                 try:
-                    out = await self.handler(self.conn_id, header, payload)
+                    out = await self.handler(self.conn_id, self.host, header, payload)
                 finally:
                     self.busy = False
                     del payload

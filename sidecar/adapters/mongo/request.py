@@ -10,10 +10,14 @@ from dataclasses import dataclass
 
 from bson.raw_bson import RawBSONDocument
 
+from ...admission import Kind
+from ...admission.refusal import Refusal
+from ...policy import Reason
 from ...runtime import Delivery, drive
 from ...services import CompiledPolicy, Services, UpstreamRuntime
+from ...ticket_gate import gate
 from . import wire
-from .answer import for_finish
+from .answer import for_finish, refusal_doc
 from .attempt import Attempt, Reply
 from .commands import Command
 from .pinning import Pins
@@ -21,6 +25,22 @@ from .topology import Topology, TopologyPicker
 from .upstream import Pools
 
 _CURSOR_REPLIES = frozenset({"find", "aggregate", "getMore", "listCollections", "listIndexes"})
+#: Commands that never wait for a ticket (the seed's kExempt: they keep the system observable or release
+#: resources); counted as exempted. ``hello``/``isMaster`` are answered by the sidecar itself.
+EXEMPT = frozenset(
+    {
+        "hello",
+        "isMaster",
+        "ismaster",
+        "ping",
+        "buildInfo",
+        "buildinfo",
+        "killCursors",
+        "endSessions",
+        "commitTransaction",
+        "abortTransaction",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -42,10 +62,11 @@ class Shared:
         return self.policy.config.final_error_labels == "keep"
 
 
-async def forward(up: Shared, msg: wire.Msg, cmd: Command) -> bytes | None:
-    """Carry one command; return the reply's body to send the app (``None``: no reply)."""
+async def forward(up: Shared, msg: wire.Msg, cmd: Command, arrival: float | None = None) -> bytes | None:
+    """Carry one command; return the reply's body to send the app (``None``: no reply). ``arrival``: when
+    it came (loop time), if it waited since (admission): its maxTimeMS counts from then."""
     loop = asyncio.get_running_loop()
-    now = loop.time()
+    now = loop.time() if arrival is None else arrival
     policy = up.policy
     # maxTimeMS is the app's deadline; without it the policy's default is the sidecar's own bound.
     timeout = cmd.max_time_ms / 1000.0 if cmd.max_time_ms is not None else policy.engine.deadline
@@ -86,10 +107,22 @@ async def forward(up: Shared, msg: wire.Msg, cmd: Command) -> bytes | None:
         max_attempts=max_attempts,
         picker=TopologyPicker(up.runtime.balancer, lambda: topology.eligible(rp)),
     )
+    tickets = up.runtime.concurrency
+    gated = None
+    if tickets is not None:
+        gated = gate(tickets, Kind.READ if cmd.reads_only else Kind.WRITE, loop, exempt=cmd.name in EXEMPT)
     with obs:
         delivery = await drive(
-            call, Attempt(up.pools, topology, up.server_selection_timeout, cmd, msg, obs), obs
+            call, Attempt(up.pools, topology, up.server_selection_timeout, cmd, msg, obs), obs, gate=gated
         )
+        payload = delivery.payload
+        if isinstance(payload, Refusal):
+            finish = delivery.finish
+            if not msg.more_to_come and not (finish.reason is Reason.DEADLINE and not finish.own_deadline):
+                obs.refused(payload)  # the last attempt got no ticket: code 462, overloaded and retryable
+                obs.end(payload.message)
+                return refusal_doc(payload)
+            delivery = Delivery(finish, None)  # the app's deadline ended it (or it wants no reply)
         _remember(up, cmd, delivery, now)
         body, error = for_finish(topology, up.name, up.keep_labels, cmd, msg, delivery)
         obs.end(error)

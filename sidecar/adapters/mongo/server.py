@@ -15,16 +15,20 @@ import dataclasses
 import ipaddress
 import itertools
 import logging
+import math
 
 from bson.errors import BSONError
 from bson.raw_bson import RawBSONDocument
 
+from ...accept_gate import AcceptGate
+from ...admission import Refusal
 from ...config.schema import MongoListenerConfig
 from ...config.units import split_host_port
+from ...door import Door
 from ...services import Services
 from ..acceptor import Acceptor
 from . import answer, wire
-from .commands import AUTH, HELLO, RAW, describe
+from .commands import AUTH, HELLO, RAW, Command, describe
 from .connection import AppConnection, Limits
 from .pinning import Pins
 from .request import Shared, forward
@@ -32,6 +36,12 @@ from .topology import Topology
 from .upstream import Pools, Settings
 
 log = logging.getLogger("sidecar.mongo")
+
+#: Commands the request gate never limits (counted as exempted; hello and endSessions the sidecar answers
+#: itself): those that release resources or keep the system observable, as the seed's server exempts.
+ADMISSION_EXEMPT = frozenset(
+    {"ping", "buildInfo", "buildinfo", "killCursors", "commitTransaction", "abortTransaction"}
+)
 
 #: How long a command waits for a server that fits it (a primary during an election), at most.
 SERVER_SELECTION_TIMEOUT = 10.0
@@ -74,6 +84,7 @@ class MongoListener:
         self._conn_ids = itertools.count(1)
         self._background: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.TimerHandle | None = None
+        self._gate: AcceptGate | None = None  # the connection gate (admission.connections), set by start()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -113,16 +124,19 @@ class MongoListener:
                 self.name,
                 self.config.listen,
             )
+        gate = self._gate = AcceptGate(asyncio.get_running_loop(), lambda: self.up.services.door(self.name))
         self._server = await Acceptor.start(
             self.name,
-            lambda: AppConnection(
-                next(self._conn_ids),
-                self._message,
-                self._limits,
-                self.name,
-                self._connections,
-                self.up.services.buffers,
-                self._room,
+            gate.factory(
+                lambda: AppConnection(
+                    next(self._conn_ids),
+                    self._message,
+                    self._limits,
+                    self.name,
+                    self._connections,
+                    self.up.services.buffers,
+                    self._room,
+                )
             ),
             host,
             port,
@@ -141,6 +155,8 @@ class MongoListener:
             self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
+        if self._gate is not None:
+            self._gate.close()
         if self._inflight:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace):
@@ -161,11 +177,11 @@ class MongoListener:
             self._server.room()
 
     # -- what each app connection hands over -----------------------------------------------------------
-    async def _message(self, conn_id: int, header: wire.Header, payload: bytes) -> bytes | None:
+    async def _message(self, conn_id: int, host: str, header: wire.Header, payload: bytes) -> bytes | None:
         op = header.op_code
         if op == wire.OP_MSG:
             msg = wire.parse_msg(payload, header)
-            body = await self._command(conn_id, msg)
+            body = await self._command(conn_id, host, msg)
             if body is None or msg.more_to_come:
                 return None
             return wire.encode_body_msg(wire.next_request_id(), header.request_id, body)
@@ -177,9 +193,12 @@ class MongoListener:
             f"opcode {op} is not one the sidecar accepts (OP_MSG, or OP_QUERY for hello)"
         )
 
-    async def _command(self, conn_id: int, msg: wire.Msg) -> bytes | None:
+    async def _command(self, conn_id: int, host: str, msg: wire.Msg) -> bytes | None:
         cmd, body = describe(msg)
         name = cmd.name
+        door = self.up.services.door(self.name)
+        if door is not None and (name in HELLO or name == "endSessions"):
+            door.exempt()  # answered by the sidecar itself: exempt, as the seed's server has them
         if name in HELLO:
             return answer.hello_reply(body, self.up.topology.facts(), conn_id)
         if name in AUTH:
@@ -189,11 +208,35 @@ class MongoListener:
         self._inflight += 1
         self._idle.clear()
         try:
-            return await forward(self.up, msg, cmd)
+            arrival = asyncio.get_running_loop().time()
+            if door is not None and door.requests is not None:
+                refusal = await self._admit(door, host, cmd, arrival)
+                if refusal is not None:
+                    return answer.refusal_doc(refusal)
+            return await forward(self.up, msg, cmd, arrival)
         finally:
             self._inflight -= 1
             if not self._inflight:
                 self._idle.set()
+
+    async def _admit(self, door: Door, host: str, cmd: Command, arrival: float) -> Refusal | None:
+        """The request gate (admission.requests): go ahead (``None``, perhaps after queueing) or refused (the
+        request's span says why). Operations that release resources or keep the system observable are
+        exempt (the seed's ``kExempt``)."""
+        deadline = arrival + cmd.max_time_ms / 1000.0 if cmd.max_time_ms is not None else math.inf
+        refusal = await door.admit(host, arrival, deadline, exempt=cmd.name in ADMISSION_EXEMPT)
+        if refusal is not None:
+            attrs = {"db.system.name": "mongodb", "db.operation.name": cmd.name, "db.namespace": cmd.db}
+            obs = self.up.services.refused(
+                refusal,
+                listener=self.name,
+                upstream=self.up.name,
+                protocol="mongodb",
+                name=cmd.span_name(),
+                attributes=attrs,
+            )
+            obs.end(refusal.reason.value)
+        return refusal
 
     def _legacy(self, conn_id: int, header: wire.Header, q: wire.Query) -> bytes:
         try:

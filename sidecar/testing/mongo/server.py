@@ -45,6 +45,7 @@ log = logging.getLogger("sidecar.testing.mongo")
 Doc = dict[str, Any]
 _DECODE = CodecOptions(tz_aware=False)
 _HELLO = frozenset({"hello", "isMaster", "ismaster"})
+_AUTH = frozenset({"saslStart", "saslContinue", "authenticate"})
 _OPEN = frozenset(
     {"hello", "isMaster", "ismaster", "saslStart", "saslContinue", "ping", "buildInfo", "buildinfo"}
 )
@@ -107,6 +108,10 @@ class MongoTestServer:
         self._conns: set[asyncio.StreamWriter] = set()
         self._conn_ids = itertools.count(1)
         self.accepting = True  # False: close new connections at once (an ingress connection limiter)
+        self.in_flight = 0  # commands being run now (hello and authentication excluded)
+        self.peak_in_flight = 0  # the most at once
+        self.hold: asyncio.Event | None = None  # when set to an unset event, held commands wait for it (tests)
+        self.held: frozenset[str] = frozenset()  # the commands ``hold`` holds (names)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> MongoTestServer:
@@ -243,7 +248,18 @@ class MongoTestServer:
         seqs = {s.identifier: [bson.decode(d, _DECODE) for d in s.documents()] for s in msg.sequences}
         name = next(iter(cmd), "")
         self._record(conn, name, cmd, seqs)
-        reply = await self._command(conn, name, cmd, seqs)
+        counted = name not in _HELLO and name not in _AUTH
+        if counted:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            self._wake()
+        try:
+            if self.hold is not None and name in self.held:
+                await self.hold.wait()
+            reply = await self._command(conn, name, cmd, seqs)
+        finally:
+            if counted:
+                self.in_flight -= 1
         if reply is _CLOSE:
             return _CLOSE
         if msg.more_to_come:
@@ -254,6 +270,9 @@ class MongoTestServer:
         if not self.record:
             return
         self.log.append(LoggedCommand(time.monotonic(), name, cmd, conn.id, seqs))
+        self._wake()
+
+    def _wake(self) -> None:
         if self._waiters:
             waiters, self._waiters = self._waiters, []
             for fut in waiters:
