@@ -14,10 +14,11 @@ from pathlib import Path
 from opentelemetry.sdk.trace.export import SpanExporter
 from prometheus_client import Counter
 
-from . import native
+from . import log_redaction, native
 from .adapters import Listener, make_listener
 from .admin import AdminServer
 from .config import Config, ConfigError, effective, load_file
+from .config.effective import redactor
 from .fleet.link import fleet_link
 from .reload import ConfigWatcher, restart_reasons
 from .services import Services
@@ -58,9 +59,13 @@ class App:
             self.admin = AdminServer(
                 config.admin.listen,
                 registry=self.telemetry.metrics.registry,
-                ready=lambda: self.ready,
+                ready=self.is_ready,
                 effective_config=effective(config),
             )
+
+    def is_ready(self) -> bool:
+        """Started, not draining, and every listener accepting (a gRPC one being rebuilt is not)."""
+        return self.ready and all(lst.serving for lst in self.listeners)
 
     def address(self, listener: str) -> tuple[str, int]:
         for lst in self.listeners:
@@ -95,6 +100,7 @@ class App:
                 log.error("config reload rejected: %s", reason)
             self.reloads.labels("rejected").inc()
             return False
+        log_redaction.learn(redactor(new))  # before anything under the new config can log
         services = Services(new, self.telemetry, self.services.rand, previous=self.services)
         by_name = {lc.name: lc for lc in new.listeners}
         # No await from here to the end: no request can begin between two listeners' swaps.

@@ -13,7 +13,7 @@ import typer
 from . import __version__
 from .config import ConfigError, effective_yaml, load_file
 from .config.effective import redactor
-from .config.redact import Redactor
+from .log_redaction import install as _redact_logs
 
 app = typer.Typer(
     name="sidecar",
@@ -144,24 +144,6 @@ def version() -> None:
 
     how = "hot path compiled with mypyc" if native.compiled() else "pure Python"
     typer.echo(f"retry-sidecar {__version__} ({how})")
-
-
-class RedactingFormatter(logging.Formatter):
-    """Formats a record as the handler's formatter would, then hides the configuration's secrets in the
-    whole line (message, arguments, traceback: an exporter's error may quote its endpoint URL)."""
-
-    def __init__(self, inner: logging.Formatter, secrets: Redactor) -> None:
-        super().__init__()
-        self._inner = inner
-        self._secrets = secrets
-
-    def format(self, record: logging.LogRecord) -> str:
-        return self._secrets.text(self._inner.format(record))
-
-
-def _redact_logs(secrets: Redactor) -> None:
-    for handler in logging.getLogger().handlers:
-        handler.setFormatter(RedactingFormatter(handler.formatter or logging.Formatter(), secrets))
 
 
 def _run(coro, use_uvloop: bool) -> None:  # noqa: ANN001

@@ -25,7 +25,7 @@ log = logging.getLogger("sidecar.reload")
 #: What a running listener cannot change without a restart, by protocol (its socket, or its server's options).
 _FIXED_LISTENER_KEYS = {
     "http": ("listen", "protocol"),
-    "grpc": ("listen", "protocol", "max_message_size"),
+    "grpc": ("listen", "protocol", "max_message_size", "idle_timeout", "max_connections"),
     "mongodb": ("listen", "protocol", "max_message_size"),
 }
 

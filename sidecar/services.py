@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .admission.refusal import Refusal
+from .buffer_budget import BufferBudget
 from .concurrency import UpstreamConcurrency
 from .config import Config, PolicyConfig, UpstreamConfig, retry_policy
 from .door import Door
@@ -136,6 +137,11 @@ class Services:
             self.upstreams[name] = (
                 kept if kept is not None and kept.config == uc else UpstreamRuntime(name, uc, telemetry, kept)
             )
+        # One budget for the process's life: a reload resizes it, what is held stays accounted.
+        self.buffers: BufferBudget = (
+            previous.buffers if previous is not None else BufferBudget(config.limits.max_buffered_bytes)
+        )
+        self.buffers.resize(config.limits.max_buffered_bytes)
         self.doors: dict[str, Door] = {}
         now = time.monotonic()  # the event loop's clock (asyncio's and uvloop's are both CLOCK_MONOTONIC)
         for lc in config.listeners:

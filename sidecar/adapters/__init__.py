@@ -1,7 +1,8 @@
 """Protocol adapters. Each reads and writes its wire format, classifies upstream results into the engine's
 outcome classes, and carries out the engine's commands. Nothing protocol-specific lives outside them.
 
-A listener class takes ``(ListenerConfig, Services)`` and offers ``start()``, ``stop(grace)``, ``address``, and
+A listener class takes ``(ListenerConfig, Services)`` and offers ``start()``, ``stop(grace)``, ``address``,
+``serving`` (accepting connections now: ``/readyz`` asks), and
 ``reconfigure(config, services)``: a reloaded config (same address and protocol) for the requests that begin
 from now on.
 """
@@ -26,6 +27,9 @@ class Listener(Protocol):
 
     @property
     def address(self) -> tuple[str, int]: ...
+
+    @property
+    def serving(self) -> bool: ...
 
     async def start(self) -> None: ...
 

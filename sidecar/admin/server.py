@@ -1,4 +1,4 @@
-"""``/healthz`` (the process runs), ``/readyz`` (every listener is bound), ``/metrics`` (Prometheus text),
+"""``/healthz`` (the process runs), ``/readyz`` (every listener is bound and accepting), ``/metrics`` (Prometheus text),
 ``/config`` (the effective configuration, secrets redacted)."""
 
 from __future__ import annotations

@@ -138,6 +138,19 @@ def _dicts(v: Any) -> list[dict[str, Any]]:
     return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
 
 
+def _buffer_bounds(config: Config) -> ErrorList:
+    """A MongoDB message is held whole: one larger than every buffer together could never be read."""
+    cap = config.limits.max_buffered_bytes
+    return [
+        (
+            f"listeners[{i}].max_message_size",
+            f"{lst.max_message_size} bytes is more than limits.max_buffered_bytes ({cap} bytes)",
+        )
+        for i, lst in enumerate(config.listeners)
+        if lst.protocol == "mongodb" and lst.max_message_size > cap
+    ]
+
+
 def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:
     errors: ErrorList = []
     upstreams = tree.get("upstreams") if isinstance(tree.get("upstreams"), dict) else {}

@@ -67,6 +67,10 @@ class Redactor:
         found.update(v for v in values if len(v) >= MIN_HUNTED)
         self._hunted = sorted(found, key=len, reverse=True)
 
+    def merge(self, other: Redactor) -> None:
+        """Hunt ``other``'s secrets in text as well (a reloaded configuration's, beside the old ones)."""
+        self.add_values(other._hunted)
+
     def text(self, text: str) -> str:
         for v in self._hunted:
             if v in text:

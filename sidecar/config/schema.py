@@ -351,6 +351,8 @@ class ListenerBase(Base):
     listen: HostPort
     upstream: str
     policy: str | None = None  # None: the protocol's preset (http-default, grpc-a6, mongodb-backpressure)
+    #: Connections held at once; more wait in the kernel's backlog (HTTP, MongoDB) or are closed (gRPC).
+    max_connections: int = Field(4096, ge=1)
     admission: str | None = None  # a profile of the top-level ``admission:`` (None: everything admitted)
 
 
@@ -402,6 +404,8 @@ class GrpcListenerConfig(ListenerBase):
     method_timeouts: dict[str, Duration] = {}
     service_config: dict[str, Any] | str | None = None
     max_message_size: Size = 4 * 1024 * 1024
+    #: A connection with no call for this long gets GOAWAY (grpcio's max_connection_idle; Envoy's default).
+    idle_timeout: Duration = Field(3600.0, gt=0)
     #: Methods whose request is one message (unary and server-streaming ones), as method_policies keys:
     #: forwarded upstream in grpc's single-request form, which costs the sidecar less per call.
     unary_requests: list[str] = []
@@ -410,6 +414,8 @@ class GrpcListenerConfig(ListenerBase):
 class MongoListenerConfig(ListenerBase):
     protocol: Literal["mongodb"]
     max_message_size: Size = 48 * 1000 * 1000
+    idle_timeout: Duration = Field(600.0, gt=0)  # no request and no partial message this long: closed
+    message_timeout: Duration = Field(30.0, gt=0)  # a message begun must be complete this soon: closed
 
 
 ListenerConfig = Annotated[
@@ -437,6 +443,15 @@ class TelemetryConfig(Base):
 
 class ShutdownConfig(Base):
     grace: Duration = 10.0
+
+
+class LimitsConfig(Base):
+    """Process-wide bounds (docs/hardening.md)."""
+
+    #: Bytes every listener's buffers may hold together (MongoDB messages being read, ...): a connection
+    #: that would pass it stops being read until room comes, and is closed if it stays stalled past its
+    #: timeout.
+    max_buffered_bytes: Size = Field(256 * 1024 * 1024, ge=1)
 
 
 # -- fleet (budgets shared through Redis: sidecar/fleet) ---------------------------------------------
@@ -486,6 +501,7 @@ class Config(Base):
     admin: AdminConfig = AdminConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     shutdown: ShutdownConfig = ShutdownConfig()
+    limits: LimitsConfig = LimitsConfig()
     policies: dict[str, PolicyConfig] = {}
     admission: dict[str, AdmissionConfig] = {}
     upstreams: dict[str, UpstreamConfig] = {}

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 import yaml
 
 from sidecar.app import App
@@ -112,3 +113,49 @@ def test_run_logs_hide_expanded_values(tmp_path: Path) -> None:
     text = "".join(lines) + (rest or "")
     assert any("listener <redacted> ready on 127.0.0.1:" in line for line in lines), text
     assert SECRET not in text
+
+
+async def test_a_reload_hands_its_new_secrets_to_the_log_redaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret that only the reloaded config has (an expanded value, a password) is hidden in logs too."""
+    import io
+    import logging
+
+    from sidecar import log_redaction
+    from sidecar.app import App
+    from sidecar.config import load_file
+    from sidecar.config.effective import redactor
+
+    base = (
+        "admin: {listen: null}\n"
+        'upstreams: {orders: {endpoints: ["127.0.0.1:8081"]}}\n'
+        'listeners: [{name: web, protocol: http, listen: "127.0.0.1:0", upstream: orders}]\n'
+    )
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(base)
+    expanded, password = "token-" + SECRET, "pw-" + SECRET[::-1]
+    monkeypatch.setenv("NEW_TOKEN", expanded)
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        cfg = load_file(path)
+        log_redaction.install(redactor(cfg))
+        async with App(cfg, config_path=path) as app:
+            path.write_text(
+                base.replace(
+                    "upstreams: {",
+                    'upstreams: {billing: {endpoints: ["127.0.0.1:8082"], auth: {username: "${NEW_TOKEN}",'
+                    f' password: "{password}"}}}}, ',
+                )
+            )
+            assert await app.reload()
+            logging.getLogger("sidecar.test").error("upstream said %s and %s", expanded, password)
+    finally:
+        root.removeHandler(handler)
+        monkeypatch.setattr(log_redaction, "_secrets", None)
+    text = out.getvalue()
+    assert "upstream said <redacted> and <redacted>" in text, text
+    assert SECRET not in text and SECRET[::-1] not in text

@@ -140,3 +140,23 @@ async def test_after_sealing_the_pump_waits_for_the_upstream_to_take_messages() 
     await t
     assert len(up.got) == 10
     s.close()
+
+
+async def test_held_messages_count_against_the_shared_budget_and_reading_stops_while_it_is_full() -> None:
+    from sidecar.buffer_budget import BufferBudget
+
+    budget = BufferBudget(1000)
+    c1, c2 = Client(), Client()
+    s1 = RequestStream(c1.read, limit=10_000, budget=budget)
+    s2 = RequestStream(c2.read, limit=10_000, budget=budget)
+    c1.send(b"a" * 600, b"b" * 600, b"c" * 10)
+    await settle()
+    assert budget.used == 1200 and c1.reads == 2  # over by the message in hand, then no more reading
+    c2.send(b"d" * 10)
+    await settle()
+    assert c2.reads == 0 and s2.size == 0  # another call waits as well
+    s1.close()  # the first call ends: its bytes go back, the second reads on
+    await settle()
+    assert c2.reads == 1 and budget.used == 10
+    s2.close()
+    assert budget.used == 0

@@ -8,6 +8,7 @@ import pytest
 from sidecar.adapters.http import answer as answers
 from sidecar.adapters.http.headers import header_list, request_head, response_head
 from sidecar.adapters.http.replay import WATERMARK, RequestBody
+from sidecar.buffer_budget import BufferBudget
 from sidecar.policy import Finish, Outcome, OutcomeClass, Reason
 
 C = OutcomeClass
@@ -126,6 +127,15 @@ class Control:
     def resume_body(self) -> None:
         self.paused = False
 
+    def pause_budget(self) -> None:
+        self.paused = True
+
+    def resume_budget(self) -> None:
+        self.paused = False
+
+
+PLENTY = BufferBudget(1 << 40)
+
 
 class Sink:
     def __init__(self) -> None:
@@ -140,7 +150,7 @@ class Sink:
 
 
 def test_replay_buffer_replays_to_a_later_attempt() -> None:
-    body = RequestBody(None, 100, Control())
+    body = RequestBody(None, 100, Control(), PLENTY)
     first = Sink()
     body.attach(first)
     body.feed(b"abc")
@@ -155,7 +165,7 @@ def test_replay_buffer_replays_to_a_later_attempt() -> None:
 
 
 def test_replay_buffer_overflow_is_reported_once_and_the_body_let_go() -> None:
-    body = RequestBody(None, 4, Control())
+    body = RequestBody(None, 4, Control(), PLENTY)
     overflows = []
     body.on_overflow = lambda: overflows.append(1)
     sink = Sink()
@@ -171,13 +181,13 @@ def test_replay_buffer_overflow_is_reported_once_and_the_body_let_go() -> None:
         pass
     else:  # pragma: no cover
         raise AssertionError("a body that was let go cannot be sent again")
-    big = RequestBody(1000, 4, Control())
+    big = RequestBody(1000, 4, Control(), PLENTY)
     assert not big.replayable  # declared too large: one attempt from the start
 
 
 def test_flow_control_holds_the_client_back() -> None:
     ctl = Control()
-    body = RequestBody(None, 10 * WATERMARK, ctl)
+    body = RequestBody(None, 10 * WATERMARK, ctl, PLENTY)
     body.feed(b"x" * (WATERMARK + 1))  # nobody takes it yet
     assert ctl.paused
     sink = Sink()
@@ -187,6 +197,24 @@ def test_flow_control_holds_the_client_back() -> None:
     assert ctl.paused
     body.sink_resumed(sink)
     assert not ctl.paused
+
+
+def test_kept_chunks_count_against_the_shared_budget_and_reading_waits_for_room() -> None:
+    budget = BufferBudget(100)
+    ctl1, ctl2 = Control(), Control()
+    one = RequestBody(None, 1000, ctl1, budget)
+    two = RequestBody(None, 1000, ctl2, budget)
+    one.feed(b"x" * 60)
+    assert budget.used == 60 and not ctl1.paused
+    two.feed(b"y" * 50)  # kept whole (it arrived), and now the budget is full: both stop reading
+    assert budget.used == 110 and ctl1.paused is False and ctl2.paused
+    one.feed(b"z")
+    assert ctl1.paused
+    one.release()  # the first request is over: its share goes back, the second reads on
+    assert budget.used == 50 and not ctl2.paused
+    two.end()
+    two.release()
+    assert budget.used == 0 and two.chunks == []
 
 
 def test_content_length_reads_digits_like_int() -> None:

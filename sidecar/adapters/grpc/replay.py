@@ -13,6 +13,11 @@ attempt is out (a backoff wait), the pump stops reading rather than overflow, so
 the whole request. Once sealed, the pump reads only while less than ``limit`` bytes wait to be sent
 (backpressure on the client instead of unbounded memory).
 
+Every message held counts against the process-wide buffer budget (``limits.max_buffered_bytes``,
+``buffer_budget.py``) until it is dropped: while the budget is full, the pump reads no more (grpcio hands
+messages over whole, so the budget is passed by one message at most per call), and the call's own deadline
+ends a call that stays stalled.
+
 ``on_complete`` is called once, when the client has half-closed and a writer has sent the whole request
 upstream (the engine's ``RequestComplete``: per-try timeouts start then).
 """
@@ -25,6 +30,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+
+from ...buffer_budget import BufferBudget
 
 log = logging.getLogger("sidecar.grpc")
 
@@ -47,8 +54,11 @@ class RequestStream:
         limit: int,
         on_seal: Callable[[bool], None] | None = None,
         on_complete: Callable[[], None] | None = None,
+        budget: BufferBudget | None = None,
     ) -> None:
         self._read = read
+        self._budget = budget
+        self._ticket: int | None = None  # waiting for the budget to have room
         self.limit = limit
         self.messages: list[bytes] = []
         self.first = 0  # stream index of messages[0]
@@ -82,11 +92,18 @@ class RequestStream:
     def _append(self, msg: bytes) -> None:
         self.messages.append(msg)
         self.size += len(msg)
+        if self._budget is not None:
+            self._budget.charge(len(msg))
         self.count += 1
         self._check_overflow()
         self._changed()
 
     def _room(self) -> bool:
+        budget = self._budget
+        if budget is not None and budget.full():
+            if self._ticket is None:
+                self._ticket = budget.wait(0, self._budget_room)
+            return False
         if self.replayable:
             return self.size <= self.limit  # over it with no attempt out: wait for one (then seal)
         return self.size < self.limit
@@ -145,12 +162,19 @@ class RequestStream:
         low = min((w.position for w in self._writers.values()), default=self.first + len(self.messages))
         drop = low - self.first
         if drop > 0:
-            self.size -= sum(len(m) for m in self.messages[:drop])
+            dropped = sum(len(m) for m in self.messages[:drop])
+            self.size -= dropped
             del self.messages[:drop]
+            if self._budget is not None:
+                self._budget.release(dropped)
             self.first = low
             self._changed()
 
     # -- plumbing --------------------------------------------------------------------------------------
+    def _budget_room(self) -> None:
+        self._ticket = None
+        self._changed()
+
     def _changed(self) -> None:
         waiters, self._waiters = self._waiters, []
         for f in waiters:
@@ -171,3 +195,9 @@ class RequestStream:
             self._pump.cancel()
         self._changed()
         self.messages.clear()
+        if self._budget is not None:
+            if self._ticket is not None:
+                self._budget.cancel(self._ticket)
+                self._ticket = None
+            self._budget.release(self.size)
+        self.size = 0

@@ -107,6 +107,7 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
             on_seal=lambda over: over and obs.buffer_exceeded(),
             # the client half-closed and its whole request went upstream: per-try timers, own deadline start
             on_complete=lambda: drivers[0].request_complete(),
+            budget=shared.services.buffers,
         )
         down = Downstream(context, stream)
         attempter = Attempter(

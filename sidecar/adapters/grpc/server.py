@@ -4,6 +4,8 @@ bidirectional stream and forwarded as ``request.py`` decides."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
 
@@ -12,6 +14,7 @@ import grpc
 from ...config import GrpcListenerConfig, UpstreamConfig
 from ...config.units import split_host_port
 from ...services import Services
+from . import crash
 from .request import Shared, proxy
 from .routing import MethodRoutes
 from .upstream import Channels
@@ -73,6 +76,14 @@ class GrpcListener:
         self._retired: list[Channels] = []  # channels to upstreams a reload changed: closed at stop
         self._server: grpc.aio.Server | None = None
         self._address: tuple[str, int] = split_host_port(config.listen)
+        self._dead: list[grpc.aio.Server] = []  # loops died: their calls finish (_bury), or stop() ends them
+        self._supervisor: asyncio.Task[None] | None = None
+        self._rebuilding = False
+
+    @property
+    def serving(self) -> bool:
+        """Accepting connections (False before start, after stop, and while a died server is rebuilt)."""
+        return self._server is not None and self._supervisor is not None and not self._rebuilding
 
     @property
     def address(self) -> tuple[str, int]:
@@ -90,29 +101,82 @@ class GrpcListener:
         self._handler.shared = self.shared
 
     async def start(self) -> None:
+        crash.watch_logs()
+        self._server = await self._serve(self.config.listen)
+        self._supervisor = asyncio.get_running_loop().create_task(self._supervise(), name=f"grpc {self.name}")
+
+    async def _serve(self, listen: str) -> grpc.aio.Server:
         size = self.config.max_message_size
         server = grpc.aio.server(
             options=(
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", size),
+                ("grpc.max_connection_idle_ms", round(self.config.idle_timeout * 1000)),
+                ("grpc.max_allowed_incoming_connections", self.config.max_connections),
             )
         )
         server.add_generic_rpc_handlers((self._handler,))
         host, _ = self._address
         try:
-            port = server.add_insecure_port(self.config.listen)
+            port = server.add_insecure_port(listen)
         except RuntimeError as e:  # grpcio reports a failed bind this way
-            raise OSError(f"listener {self.name!r}: cannot listen on {self.config.listen}: {e}") from None
+            raise OSError(f"listener {self.name!r}: cannot listen on {listen}: {e}") from None
         if port == 0:
-            raise OSError(f"listener {self.name!r}: cannot listen on {self.config.listen}")
-        await server.start()
-        self._server = server
+            raise OSError(f"listener {self.name!r}: cannot listen on {listen}")
+        try:
+            await server.start()
+        except BaseException:
+            await server.stop(0)
+            raise
         self._address = (host, port)
+        return server
+
+    async def _supervise(self) -> None:
+        """grpcio's server loop can die of one bad frame (``crash.py``): serve again on the same address."""
+        while (server := self._server) is not None:
+            cause = await crash.died(server)
+            if self._server is not server:
+                return  # stop() took it
+            self._rebuilding = True
+            self._dead.append(server)
+            host, port = self._address
+            log.error(
+                "grpc listener %s: grpcio's server loop died (%s); its calls in progress finish, and it "
+                "listens again on %s:%d",
+                self.name,
+                cause,
+                host,
+                port,
+            )
+            fresh = None
+            while fresh is None:
+                try:
+                    fresh = await self._serve(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+                except OSError as e:  # the old socket may linger a moment
+                    log.debug("grpc listener %s: not listening yet: %s", self.name, e)
+                    await asyncio.sleep(crash.POLL)
+            self._server = fresh
+            self._rebuilding = False
+            asyncio.get_running_loop().create_task(self._bury(server))
+
+    async def _bury(self, server: grpc.aio.Server) -> None:
+        """A died server's calls in progress go on; once they ended, release it."""
+        with contextlib.suppress(BaseException):  # its wait raises the cause, already logged
+            await server.wait_for_termination()
+        if server in self._dead:
+            self._dead.remove(server)
+            await server.stop(0)
 
     async def stop(self, grace: float) -> None:
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervisor
         server, self._server = self._server, None
-        if server is not None:
-            await server.stop(grace)
+        servers = [s for s in (server, *self._dead) if s is not None]
+        self._dead.clear()
+        await asyncio.gather(*(s.stop(grace) for s in servers), return_exceptions=True)
         for channels in [*self._retired, self.shared.channels]:
             await channels.close()

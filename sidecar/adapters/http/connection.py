@@ -18,6 +18,7 @@ from typing import Final
 import httptools
 from mypy_extensions import mypyc_attr
 
+from ...buffer_budget import BufferBudget
 from . import methods
 from .answer import encode, text
 from .headers import STRIDE, VALUE, add_header, content_length
@@ -42,6 +43,7 @@ class ConnectionOwner:
 
     forwarder: Forwarder  # swapped by a config reload: each request takes the one current when it begins
     replay_limit: int
+    buffers: BufferBudget  # the process-wide budget kept request bodies count against
     max_header_size: int
     stopping: bool
 
@@ -202,9 +204,10 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.streaming = self.stream_owner = None
         if active is not None:
             active.client_gone()
-        for req in self.queue:
+        for req in self.queue:  # the active one's too: it is queue[0]
             if req.body is not None:
                 req.body.discard()
+                req.body.release()
         self.queue.clear()
         self.busy = False
         self.listener.connection_idle(self)
@@ -273,7 +276,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         # otherwise is the version asked for (httptools formats a new string for it each time).
         req.version = "1.1" if keep_alive and not connection else p.get_http_version()
         if length != 0:
-            body = req.body = RequestBody(length, self.listener.replay_limit, self)
+            body = req.body = RequestBody(length, self.listener.replay_limit, self, self.listener.buffers)
             if expect and req.version == "1.1":
                 body.on_first_attach = self.send_continue
         self.in_body = True
@@ -348,6 +351,12 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def resume_body(self) -> None:
         self.resume_for("body")
 
+    def pause_budget(self) -> None:
+        self.pause_for("budget")
+
+    def resume_budget(self) -> None:
+        self.resume_for("budget")
+
     def send_continue(self) -> None:
         if not self.closed:
             self.transport.write(CONTINUE)  # type: ignore[union-attr]
@@ -387,6 +396,8 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
 
     def request_done(self, req: IncomingRequest) -> None:
         """``req`` is answered (or given up): on to the next one, or close."""
+        if req.body is not None:
+            req.body.release()
         if self.closed:
             return
         self.active = None
@@ -420,9 +431,16 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         an upstream response that stopped coming."""
         idle = now - self.last_activity
         active = self.active
-        # a body stalled by the client (not by the sidecar's own flow control: reading paused), and no
-        # answer on its way to it (an upstream may answer before the body is complete)
-        if idle > body_timeout and active is not None and not self.read_paused_by and self.streaming is None:
+        # a body stalled by the client (not by the sidecar's own flow control: reading paused; but a body
+        # held back because the process's buffer budget is full counts), and no answer on its way to it
+        # (an upstream may answer before the body is complete)
+        paused = self.read_paused_by
+        if (
+            idle > body_timeout
+            and active is not None
+            and (not paused or (len(paused) == 1 and "budget" in paused))
+            and self.streaming is None
+        ):
             body = active.req.body
             if body is not None and not body.complete:
                 active.body_stalled(body_timeout)

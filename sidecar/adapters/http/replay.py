@@ -7,13 +7,18 @@ attempt in flight keeps streaming, and what it has sent is let go. A body whose 
 limit is not replayable from the start.
 
 Flow control: reading from the client pauses while an attempt's upstream socket is backed up, or while
-more than ``WATERMARK`` bytes wait with no attempt to take them (before connecting, during a backoff).
+more than ``WATERMARK`` bytes wait with no attempt to take them (before connecting, during a backoff), or
+while the process-wide buffer budget is full (``limits.max_buffered_bytes``): the chunks kept count against
+it until they are let go (``release`` at the request's end), and reading resumes when another request lets
+go of some. A body stalled that way is cut by ``request_body_timeout`` as any stalled body is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Final, Protocol
+
+from ...buffer_budget import BufferBudget
 
 WATERMARK: Final = 256 * 1024
 
@@ -26,6 +31,8 @@ class BodySink(Protocol):
 class ReadControl(Protocol):
     def pause_body(self) -> None: ...
     def resume_body(self) -> None: ...
+    def pause_budget(self) -> None: ...  # unlike pause_body, a stall the body timeout counts
+    def resume_budget(self) -> None: ...
 
 
 class RequestBody:
@@ -48,10 +55,18 @@ class RequestBody:
         "on_overflow",
         "on_first_attach",
         "on_complete",
+        "budget",
+        "charged",
+        "ticket",
+        "starving",
     )
 
-    def __init__(self, length: int | None, limit: int, control: ReadControl) -> None:
+    def __init__(self, length: int | None, limit: int, control: ReadControl, budget: BufferBudget) -> None:
         """``length``: the declared ``Content-Length``, ``None`` when chunked."""
+        self.budget = budget
+        self.charged = 0  # bytes of ``chunks`` counted in the budget
+        self.ticket = 0  # waiting for room in the budget (0: not)
+        self.starving = False  # reading paused until the budget has room
         self.limit = limit
         self.length = length
         self.chunked = length is None
@@ -90,8 +105,10 @@ class RequestBody:
                 self.on_overflow()
         if self.replayable or not self.attached:
             self.chunks.append(data)
+            self.charged += len(data)
+            self.budget.charge(len(data))
         elif self.chunks:
-            self.chunks.clear()
+            self._let_go()
             self.dropped = True
         else:
             self.dropped = True
@@ -113,7 +130,7 @@ class RequestBody:
     def discard(self) -> None:
         """The request is over (answered without its whole body): drop what comes, stop holding back."""
         self.discarding = True
-        self.chunks.clear()
+        self._let_go()
         self.sinks.clear()
         self.paused_sinks.clear()
         self.pending = 0
@@ -131,7 +148,7 @@ class RequestBody:
         for c in self.chunks:
             sink.body_data(c)
         if not self.replayable:
-            self.chunks.clear()
+            self._let_go()
             self.dropped = self.received > 0
         if self.complete:
             sink.body_end()
@@ -154,7 +171,38 @@ class RequestBody:
         self.paused_sinks.discard(id(sink))
         self._flow()
 
+    def release(self) -> None:
+        """The request is over: its kept chunks go, and so does their share of the budget."""
+        self._let_go()
+        if self.ticket:
+            self.budget.cancel(self.ticket)
+            self.ticket = 0
+        if self.starving:
+            self.starving = False
+            self.control.resume_budget()
+
+    def _let_go(self) -> None:
+        self.chunks.clear()
+        if self.charged:
+            charged, self.charged = self.charged, 0
+            self.budget.release(charged)
+
+    def _budget_room(self) -> None:
+        self.ticket = 0
+        self._flow()
+
     def _flow(self) -> None:
+        starved = False
+        if self.budget.full() and not self.complete and not self.discarding:
+            starved = True
+            if not self.ticket:
+                self.ticket = self.budget.wait(0, self._budget_room)
+        if starved != self.starving:
+            self.starving = starved
+            if starved:
+                self.control.pause_budget()
+            else:
+                self.control.resume_budget()
         want = (
             not self.complete
             and not self.discarding

@@ -12,6 +12,7 @@ from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
 from ...door import Door
 from ...services import Services
+from ..acceptor import Acceptor
 from .connection import ConnectionOwner, ServerConnection
 from .plan import DEFAULT_REPLAY_BUFFER
 from .request import Forwarder
@@ -32,12 +33,13 @@ class HttpListener(ConnectionOwner):
         self._address: tuple[str, int] = (self.host, self.port)
         self.connections: set[ServerConnection] = set()
         self.stopping = False
-        self.server: asyncio.base_events.Server | None = None
+        self.server: Acceptor | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self._drained: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.forwarder = Forwarder(config, services)
         self.replay_limit = _replay_limit(config, services)
+        self.buffers = services.buffers
         self.max_header_size = config.max_header_size
         self._rejected = services.telemetry.metrics.listener(config.name)
         self.gate: AcceptGate | None = None  # set by start(): the connection gate (admission.connections)
@@ -45,6 +47,10 @@ class HttpListener(ConnectionOwner):
     @property
     def address(self) -> tuple[str, int]:
         return self._address
+
+    @property
+    def serving(self) -> bool:
+        return self.server is not None and not self.stopping and bool(self.server.is_serving())
 
     def reconfigure(self, config: HttpListenerConfig, services: Services) -> None:
         """A reloaded config (same address): requests from now on are routed and retried under it; those in
@@ -65,6 +71,8 @@ class HttpListener(ConnectionOwner):
         self.forwarder = forwarder
         self.replay_limit = _replay_limit(config, services)
         self.max_header_size = config.max_header_size
+        if self.server is not None:
+            self.server.max_connections = config.max_connections
 
     async def start(self) -> None:
         loop = self.loop = asyncio.get_running_loop()
@@ -73,9 +81,13 @@ class HttpListener(ConnectionOwner):
             return ServerConnection(self, loop)
 
         gate = self.gate = AcceptGate(loop, self._door)
-        # Any: uvloop's Server.sockets is a list where the stubs say tuple (compiled code checks).
-        server: Any = await loop.create_server(
-            gate.factory(connection), self.host, self.port, reuse_address=True, backlog=1024
+        server: Any = await Acceptor.start(
+            self.name,
+            gate.factory(connection),
+            self.host,
+            self.port,
+            max_connections=self.config.max_connections,
+            count=self.connections.__len__,
         )
         self.server = server
         self._address = tuple(server.sockets[0].getsockname()[:2])
@@ -124,6 +136,8 @@ class HttpListener(ConnectionOwner):
 
     def connection_closed(self, conn: ServerConnection) -> None:
         self.connections.discard(conn)
+        if self.server is not None:
+            self.server.room()
 
     def connection_idle(self, conn: ServerConnection) -> None:
         if self._drained is not None and not any(c.busy for c in self.connections):

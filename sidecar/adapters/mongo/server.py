@@ -17,6 +17,7 @@ import itertools
 import logging
 import math
 
+from bson.errors import BSONError
 from bson.raw_bson import RawBSONDocument
 
 from ...accept_gate import AcceptGate
@@ -25,9 +26,10 @@ from ...config.schema import MongoListenerConfig
 from ...config.units import split_host_port
 from ...door import Door
 from ...services import Services
+from ..acceptor import Acceptor
 from . import answer, wire
 from .commands import AUTH, HELLO, RAW, Command, describe
-from .connection import AppConnection
+from .connection import AppConnection, Limits
 from .pinning import Pins
 from .request import Shared, forward
 from .topology import Topology
@@ -43,6 +45,9 @@ ADMISSION_EXEMPT = frozenset(
 
 #: How long a command waits for a server that fits it (a primary during an election), at most.
 SERVER_SELECTION_TIMEOUT = 10.0
+#: Pooled upstream connections idle this long are closed (a burst's extra connections do not stay forever).
+POOL_IDLE_TIMEOUT = 30.0
+SWEEP_EVERY = 1.0
 _AUTH_REFUSED = (
     "retry-sidecar does not authenticate applications: it authenticates to the upstream itself "
     "(upstreams.<name>.auth). Connect to the sidecar without credentials."
@@ -70,13 +75,15 @@ class MongoListener:
             listener=config.name,
             server_selection_timeout=SERVER_SELECTION_TIMEOUT,
         )
-        self._server: asyncio.Server | None = None
+        self._server: Acceptor | None = None
+        self._limits = _limits(config)
         self._connections: set[AppConnection] = set()
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._conn_ids = itertools.count(1)
         self._background: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
         self._gate: AcceptGate | None = None  # the connection gate (admission.connections), set by start()
 
     @property
@@ -87,11 +94,19 @@ class MongoListener:
         host, port = self._server.sockets[0].getsockname()[:2]
         return host, port
 
+    @property
+    def serving(self) -> bool:
+        return self._server is not None and self._server.is_serving()
+
     def reconfigure(self, config: MongoListenerConfig, services: Services) -> None:
         """A reloaded config whose upstream did not change (``reload.restart_reasons`` refuses that): the
-        policy may have; commands from now on use it, those in progress finish under the old one."""
+        policy may have; commands from now on use it, those in progress finish under the old one. New
+        timeouts apply to connections accepted from now on."""
         assert config.policy is not None
         self.config = config
+        self._limits = _limits(config)
+        if self._server is not None:
+            self._server.max_connections = config.max_connections
         self.up = dataclasses.replace(
             self.up,
             runtime=services.upstream(config.upstream),
@@ -109,18 +124,35 @@ class MongoListener:
                 self.name,
                 self.config.listen,
             )
-        limit = self.config.max_message_size
-        loop = asyncio.get_running_loop()
-        gate = self._gate = AcceptGate(loop, lambda: self.up.services.door(self.name))
-        self._server = await loop.create_server(
+        gate = self._gate = AcceptGate(asyncio.get_running_loop(), lambda: self.up.services.door(self.name))
+        self._server = await Acceptor.start(
+            self.name,
             gate.factory(
-                lambda: AppConnection(next(self._conn_ids), self._message, limit, self.name, self._connections)
+                lambda: AppConnection(
+                    next(self._conn_ids),
+                    self._message,
+                    self._limits,
+                    self.name,
+                    self._connections,
+                    self.up.services.buffers,
+                    self._room,
+                )
             ),
             host,
             port,
+            max_connections=self.config.max_connections,
+            count=self._connections.__len__,
         )
+        self._sweeper = asyncio.get_running_loop().call_later(SWEEP_EVERY, self._sweep)
+
+    def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.up.pools.sweep(loop.time(), POOL_IDLE_TIMEOUT)
+        self._sweeper = loop.call_later(SWEEP_EVERY, self._sweep)
 
     async def stop(self, grace: float) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
         if self._gate is not None:
@@ -139,6 +171,10 @@ class MongoListener:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
                     await self._server.wait_closed()
+
+    def _room(self) -> None:
+        if self._server is not None:
+            self._server.room()
 
     # -- what each app connection hands over -----------------------------------------------------------
     async def _message(self, conn_id: int, host: str, header: wire.Header, payload: bytes) -> bytes | None:
@@ -203,14 +239,25 @@ class MongoListener:
         return refusal
 
     def _legacy(self, conn_id: int, header: wire.Header, q: wire.Query) -> bytes:
-        doc = RawBSONDocument(q.query, RAW)
-        inner = doc.get("$query")
-        if isinstance(inner, RawBSONDocument):
-            doc = inner
-        name = next(iter(doc), "")
-        if q.collection.endswith(".$cmd") and name in HELLO:
-            body = answer.hello_reply(doc, self.up.topology.facts(), conn_id)
-        else:
+        try:
+            doc = RawBSONDocument(q.query, RAW)
+            inner = doc.get("$query")
+            if isinstance(inner, RawBSONDocument):
+                doc = inner
+            name = next(iter(doc), "")
+            hello = q.collection.endswith(".$cmd") and name in HELLO
+            body = answer.hello_reply(doc, self.up.topology.facts(), conn_id) if hello else b""
+        except (BSONError, ValueError) as e:  # the framing held, the document inside did not
+            log.warning(
+                "mongodb listener %s: connection %d sent an OP_QUERY whose document is not valid BSON (%s); "
+                "answered with an error",
+                self.name,
+                conn_id,
+                e,
+            )
+            body = answer.error_doc(22, "InvalidBSON", f"the OP_QUERY document is not valid BSON: {e}")
+            return wire.encode_reply(wire.next_request_id(), header.request_id, [body])
+        if not hello:
             body = answer.error_doc(
                 352,
                 "UnsupportedOpQueryCommand",
@@ -244,6 +291,10 @@ class MongoListener:
             pool.discard(conn)
             return
         pool.release(conn)
+
+
+def _limits(config: MongoListenerConfig) -> Limits:
+    return Limits(config.max_message_size, config.idle_timeout, config.message_timeout)
 
 
 def _loopback(host: str) -> bool:

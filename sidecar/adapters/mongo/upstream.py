@@ -85,7 +85,7 @@ def split(endpoint: str) -> tuple[str, int]:
 class Connection:
     """One upstream connection, used by one request at a time."""
 
-    __slots__ = ("endpoint", "reader", "writer", "hello", "generation")
+    __slots__ = ("endpoint", "reader", "writer", "hello", "generation", "idle_since")
 
     def __init__(self, endpoint: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.endpoint = endpoint
@@ -93,6 +93,7 @@ class Connection:
         self.writer = writer
         self.hello: Mapping[str, Any] = {}
         self.generation = 0
+        self.idle_since = 0.0  # loop time it went back to its pool
 
     @property
     def closed(self) -> bool:
@@ -223,7 +224,8 @@ def _check(reply: Mapping[str, Any], endpoint: str) -> None:
 
 
 class Pool:
-    """Idle connections to one endpoint, at most ``max_connections`` open (waiters queue)."""
+    """Idle connections to one endpoint, at most ``max_connections`` open (waiters queue). The most recently
+    used is taken first, so the ones a burst opened age at the other end and ``sweep`` closes them."""
 
     def __init__(self, endpoint: str, settings: Settings) -> None:
         self.endpoint = endpoint
@@ -254,7 +256,14 @@ class Pool:
         if self.closed or conn.closed or conn.generation != self.generation:
             conn.close()
         else:
+            conn.idle_since = asyncio.get_running_loop().time()
             self.idle.append(conn)
+
+    def sweep(self, now: float, idle_timeout: float) -> None:
+        """Close connections idle for ``idle_timeout`` (the oldest are at the left)."""
+        idle = self.idle
+        while idle and now - idle[0].idle_since > idle_timeout:
+            idle.popleft().close()
 
     def discard(self, conn: Connection) -> None:
         """Close a connection left in an unknown state (error, cancellation mid-command)."""
@@ -282,6 +291,10 @@ class Pools:
         if pool is None:
             pool = self._pools[endpoint] = Pool(endpoint, self.settings)
         return pool
+
+    def sweep(self, now: float, idle_timeout: float) -> None:
+        for p in self._pools.values():
+            p.sweep(now, idle_timeout)
 
     def close(self) -> None:
         for p in self._pools.values():

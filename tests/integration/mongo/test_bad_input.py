@@ -135,3 +135,33 @@ async def test_an_app_that_goes_away_mid_request_stops_the_retries() -> None:
             while _requests(sc, "cancelled") < 1:
                 await asyncio.sleep(0.01)
         assert up.count("find") == 1  # the request is over: no attempt will follow
+
+
+def _op_query(doc: bytes, request_id: int = 5) -> bytes:
+    body = struct.pack("<i", 0) + b"admin.$cmd\x00" + struct.pack("<ii", 0, -1) + doc
+    return struct.pack("<iiii", 16 + len(body), request_id, 0, wire.OP_QUERY) + body
+
+
+async def test_an_op_query_with_bad_bson_gets_an_error_and_one_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bad = b"\x0b\x00\x00\x00\x02a\x00\xff\xff\xff\x00"  # a string whose length runs past the document
+    async with MongoTestServer("mongos") as up, sidecar(config([up.endpoint])) as sc:
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        try:
+            with caplog.at_level(logging.WARNING):
+                replies = []
+                for request_id, doc in ((5, bad), (6, bson.encode({"isMaster": 1}))):
+                    writer.write(_op_query(doc, request_id))
+                    head = await asyncio.wait_for(reader.readexactly(16), 10)
+                    length, _, response_to, op = struct.unpack("<iiii", head)
+                    assert (response_to, op) == (request_id, wire.OP_REPLY)
+                    reply = wire.parse_reply(await reader.readexactly(length - 16))
+                    replies.append(bson.decode(reply.documents[0]))
+        finally:
+            writer.close()
+    assert replies[0]["ok"] == 0 and replies[0]["code"] == 22, replies[0]
+    assert replies[1]["ok"] == 1 and replies[1]["ismaster"] is True  # the connection goes on
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("sidecar")]
+    assert len(lines) == 1 and "not valid BSON" in lines[0].getMessage(), caplog.text
+    assert not any(r.exc_info for r in caplog.records)
