@@ -49,7 +49,7 @@ def fleet_link(config: Config, services: Services) -> FleetLink | None:
         rq = profile.requests if profile is not None else None
         if door is not None and rq is not None and rq.scope == "fleet":
             limit = _DoorLimit(door)
-            shares.append(RateLimitShare(f"admission:{lc.name}", limit, rq.rate, rq.burst))
+            shares.append(RateLimitShare(f"admission:{lc.name}", limit, rq.rate, rq.burst, listener=lc.name))
     if config.fleet is None or not shares:
         return None
     link = FleetLink(config.fleet, shares)

@@ -41,7 +41,8 @@ class Report:
 
 
 class Share(Protocol):
-    name: str
+    name: str  # the pool's key in Redis
+    labels: tuple[str, str]  # (upstream, listener) of sidecar_fleet_share: one of them, the other ""
     spec: PoolSpec
 
     def report(self) -> Report: ...
@@ -60,6 +61,7 @@ class RetryBudgetShare:
 
     def __init__(self, name: str, budget: RetryBudget, min_per_second: float) -> None:
         self.name = name
+        self.labels = (name, "")
         self.budget = budget
         self.spec = PoolSpec(budget.ratio, min_per_second, min_per_second, budget.window)
         self.min_per_second = min_per_second
@@ -117,8 +119,9 @@ class RateLimitShare:
     less than its demand's share (measured: 7 % for 20 % of the demand); a share of the rate does not
     depend on who settled last."""
 
-    def __init__(self, name: str, limit: LeasedLimit, rate: float, burst: float) -> None:
+    def __init__(self, name: str, limit: LeasedLimit, rate: float, burst: float, listener: str = "") -> None:
         self.name = name
+        self.labels = ("", listener or name)
         self.limit = limit
         self.rate = rate
         self.burst = burst
@@ -226,6 +229,10 @@ class FleetMember:
 
     def share_by_name(self) -> dict[str, float]:
         return {s.name: s.share for s in self.shares}
+
+    def share_by_labels(self) -> dict[tuple[str, str], float]:
+        """Each share by its metric labels: (upstream, "") for a retry budget, ("", listener) for a rate."""
+        return {s.labels: s.share for s in self.shares}
 
 
 def _int(v: object) -> int:

@@ -352,11 +352,12 @@ class Metrics:
         yield lease
         share = GaugeMetricFamily(
             "sidecar_fleet_share",
-            "This sidecar's share of each fleet-wide budget (0..1)",
-            labels=["upstream"],
+            "This sidecar's share of each fleet-wide budget (0..1): an upstream's retry budget, or a listener's "
+            "request rate (limiter requests)",
+            labels=["upstream", "listener", "limiter"],
         )
-        for upstream, value in sorted(member.share_by_name().items()):
-            share.add_metric([upstream], value)
+        for (upstream, listener), value in sorted(member.share_by_labels().items()):
+            share.add_metric([upstream, listener, "requests" if listener else "retry_budget"], value)
         yield share
 
 

@@ -14,6 +14,7 @@ from sidecar.config import ConfigError, load_dict
 from sidecar.testing.http_upstream import FaultyUpstream
 from sidecar.testing.redis_server import RedisServer
 from tests.integration.fleet.fleet_sidecars import fleet, fleet_config, link, new_prefix, url
+from tests.metrics import metric
 
 RATE, SECONDS = 20.0, 2.0
 
@@ -72,6 +73,8 @@ async def test_a_fleet_rate_is_shared_by_demand_and_holds_for_the_whole_fleet(re
             assert busy_ok >= 0.6 * admitted, (busy_ok, quiet_ok)
             shares = [link(a).member.share_by_name()["admission:web"] for a in (busy, quiet)]
             assert sum(shares) == pytest.approx(1.0, abs=0.1) and shares[0] > shares[1]
+            # and the gauge says whose share it is: the listener's request rate
+            assert metric(busy, "sidecar_fleet_share", listener="web", limiter="requests") == shares[0]
 
 
 def test_scope_fleet_needs_a_fleet_block_and_a_change_needs_a_restart() -> None:

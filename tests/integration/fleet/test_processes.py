@@ -75,7 +75,7 @@ def test_two_sidecar_processes_join_one_fleet(redis_session: RedisServer, tmp_pa
             wait_log(b, "fleet: settled with Redis, 2 member(s) alive")
             text = metrics(b_admin)
             assert "sidecar_fleet_redis_up 1.0" in text
-            assert 'sidecar_fleet_share{upstream="api"}' in text
+            assert 'sidecar_fleet_share{limiter="retry_budget",listener="",upstream="api"}' in text
 
 
 def test_run_starts_without_redis_and_says_so(redis_binary: str, tmp_path: Path):
