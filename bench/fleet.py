@@ -8,10 +8,15 @@ one fleet budget on Redis; and what the fleet machinery adds to a proxied reques
   alone decides). Retries are counted at the upstream (``x-sidecar-attempt`` > 1). The fleet's bound is
   0.2 x requests + 10/s x seconds + 10 (+ 10 before the first settle); local budgets allow each sidecar a
   floor of its own: about 10x the floor.
+* rate under skew (live): the same 10 sidecars in front of an upstream answering 200, one fleet-wide request
+  rate (``admission: {requests: {rate: --fleet-rate, burst: 1s, scope: fleet}}``), offered twice that rate
+  with 80 % of it to one sidecar (the rest spread over the other nine). After a warm-up that spends the banked
+  bursts, the requests the upstream receives per second are the fleet's admitted rate (goal: within 10 % of
+  the rate), and the busy sidecar's part of them shows the shares following demand.
 * p50 (live): one sidecar in front of nginx, one keep-alive connection, sequential GETs; with and without a
   fleet-scoped retry budget (Redis up), alternated ``--rounds`` times; the medians' difference.
 
-    .venv/bin/python bench/fleet.py [--seconds 60] [--rate 100] [--rounds 3]
+    .venv/bin/python bench/fleet.py [--seconds 60] [--rate 100] [--rounds 3] [--fleet-rate 200]
 """
 
 from __future__ import annotations
@@ -39,12 +44,24 @@ RATIO, FLOOR = 0.2, 10.0
 SIDECAR = str(ROOT / ".venv" / "bin" / "sidecar")
 
 
-def sidecar_yaml(port: int, admin: int, upstream: str, redis_url: str, scope: str | None, prefix: str) -> str:
+def sidecar_yaml(
+    port: int,
+    admin: int,
+    upstream: str,
+    redis_url: str,
+    scope: str | None,
+    prefix: str,
+    fleet_rate: float | None = None,
+) -> str:
     budget = (
         f", retry_budget: {{scope: {scope}, ratio: {RATIO}, min_per_second: {FLOOR}, window: 10s}}"
         if scope
         else ""
     )
+    door = profile = ""
+    if fleet_rate is not None:
+        door = ", admission: front"
+        profile = f"admission:\n  front: {{requests: {{rate: {fleet_rate:g}, burst: 1s, scope: fleet}}}}\n"
     return f"""admin: {{listen: "127.0.0.1:{admin}"}}
 fleet:
   redis: {{url: "{redis_url}", timeout: 20ms, key_prefix: "{prefix}"}}
@@ -55,8 +72,8 @@ policies:
 upstreams:
   api: {{endpoints: ["{upstream}"]{budget}}}
 listeners:
-  - {{name: web, protocol: http, listen: "127.0.0.1:{port}", upstream: api, policy: p}}
-"""
+  - {{name: web, protocol: http, listen: "127.0.0.1:{port}", upstream: api, policy: p{door}}}
+{profile}"""
 
 
 def launch(tmp: Path, name: str, text: str, port: int) -> subprocess.Popen:
@@ -81,8 +98,9 @@ def scrape(admin: int, name: str) -> float:
     return float(m.group(1)) if m else float("nan")
 
 
-async def load(ports: list[int], rate: float, seconds: float) -> int:
-    """Open-loop GETs at ``rate`` per second for ``seconds``, spread over ``ports``; the number sent."""
+async def load(ports: list[int], rate: float, seconds: float, ok: dict[int, int] | None = None) -> int:
+    """Open-loop GETs at ``rate`` per second for ``seconds``, spread over ``ports`` in turn (a port listed
+    more often gets more); the number sent. ``ok``: counts the 200 answers per port."""
     loop = asyncio.get_running_loop()
     sent = 0
     pending: set[asyncio.Task[None]] = set()
@@ -91,6 +109,8 @@ async def load(ports: list[int], rate: float, seconds: float) -> int:
         async def one(port: int) -> None:
             async with session.get(f"http://127.0.0.1:{port}/") as resp:
                 await resp.read()
+                if ok is not None and resp.status == 200:
+                    ok[port] = ok.get(port, 0) + 1
 
         start_at = loop.time()
         while (now := loop.time()) < start_at + seconds:
@@ -135,6 +155,46 @@ async def outage(tmp: Path, redis: RedisServer, scope: str, rate: float, seconds
         "seconds": elapsed,
         "retries_per_request": retries / max(1, sent),
         "redis_up": float(sum(up_flags)) if up_flags else float("nan"),
+    }
+
+
+SKEW_WARMUP = 3.0  # seconds of load before counting: the banked bursts are spent, every share settled
+
+
+async def skew(tmp: Path, redis: RedisServer, fleet_rate: float, seconds: float) -> dict[str, float]:
+    """One fleet-wide request rate, offered twice over with 80 % of it to one sidecar."""
+    async with FaultyUpstream(fail_rate=0.0, keep_records=True) as up:
+        ports = [free_port() for _ in range(SIDECARS)]
+        admins = [free_port() for _ in range(SIDECARS)]
+        prefix = f"bench-skew-{time.time_ns()}:"
+        procs = []
+        # in every 10 requests, 8 to the busy sidecar and 2 to the nine others in turn
+        others = ports[1:]
+        rotated: list[int] = []
+        for k in range(len(others) // 2 + 1):
+            rotated += [ports[0]] * 8 + [others[(2 * k) % len(others)], others[(2 * k + 1) % len(others)]]
+        try:
+            for i, (p, a) in enumerate(zip(ports, admins, strict=True)):
+                text = sidecar_yaml(p, a, up.endpoint, redis.url, None, prefix, fleet_rate=fleet_rate)
+                procs.append(await asyncio.to_thread(launch, tmp, f"skew{i}", text, p))
+            while min([scrape(a, "sidecar_fleet_members") for a in admins]) < SIDECARS:
+                await asyncio.sleep(0.2)
+            await load(rotated, 2 * fleet_rate, SKEW_WARMUP)
+            up.received.clear()
+            ok: dict[int, int] = {}
+            t0 = time.monotonic()
+            sent = await load(rotated, 2 * fleet_rate, seconds, ok)
+            elapsed = time.monotonic() - t0
+        finally:
+            for p in procs:
+                stop(p)
+    admitted = sum(ok.values())
+    return {
+        "offered_per_s": sent / elapsed,
+        "admitted_per_s": admitted / elapsed,
+        "upstream_per_s": len(up.received) / elapsed,
+        "busy_part": ok.get(ports[0], 0) / max(1, admitted),
+        "seconds": elapsed,
     }
 
 
@@ -188,6 +248,8 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=100.0, help="client requests per second, all sidecars")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=3000, help="per p50 measurement")
+    ap.add_argument("--fleet-rate", type=float, default=200.0, help="the fleet-wide request rate (skew run)")
+    ap.add_argument("--skew-seconds", type=float, default=20.0)
     args = ap.parse_args()
     started = machine()
     notes = [
@@ -203,6 +265,9 @@ def main() -> int:
             say(f"outage with {scope} budgets ...")
             res[scope] = asyncio.run(outage(tmp, redis, scope, args.rate, args.seconds))
             say(f"  {res[scope]}")
+        say(f"fleet rate {args.fleet_rate:g}/s under 80/20 skew ...")
+        sk = asyncio.run(skew(tmp, redis, args.fleet_rate, args.skew_seconds))
+        say(f"  {sk}")
         say("p50 with and without the fleet budget ...")
         lat = p50s(tmp, redis, args.rounds, args.requests)
     fleet = res["fleet"]
@@ -242,6 +307,28 @@ def main() -> int:
             met=added <= 0.02,
         ),
     ]
+    error = sk["admitted_per_s"] / args.fleet_rate - 1
+    rows += [
+        row(
+            f"fleet rate {args.fleet_rate:g}/s, offered 2x with 80 % to one sidecar: admitted per second",
+            "/s",
+            {"fleet": round(sk["admitted_per_s"], 1)},
+            goal="within 10 % of the rate",
+            met=abs(error) <= 0.10,
+        ),
+        row(
+            "the busy sidecar's part of what was admitted",
+            "",
+            {"fleet": round(sk["busy_part"], 3)},
+            goal="most of it (> 0.5)",
+            met=sk["busy_part"] > 0.5,
+        ),
+    ]
+    notes.append(
+        f"Rate under skew: {SIDECARS} sidecars sharing requests.rate {args.fleet_rate:g}/s (burst 1s, scope fleet), "
+        f"offered {sk['offered_per_s']:.0f}/s for {sk['seconds']:.0f} s after a {SKEW_WARMUP:g} s warm-up, 80 % "
+        f"to one sidecar; admitted = 200 answers ({sk['upstream_per_s']:.1f}/s seen at the upstream)."
+    )
     notes.append(
         f"p50: medians of {args.rounds} alternated rounds of {args.requests} sequential GETs through one sidecar "
         f"in front of nginx; off {[round(v * 1e3, 4) for v in lat['off']]} ms, "
