@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from enum import IntEnum
 from typing import Final
 
 import httptools
 from mypy_extensions import mypyc_attr
 
+from ..transitions import InvalidTransition
 from . import methods
 from .answer import encode, text
 from .headers import STRIDE, VALUE, add_header, content_length
@@ -34,6 +36,38 @@ CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 class _HeadTooLarge(Exception):
     pass
+
+
+class State(IntEnum):
+    """Where a client connection is in its life (``ServerConnection.state``; only the connection changes it).
+
+    ::
+
+        IDLE ──start──► BUSY ──answered──► IDLE         keep-alive: on to the next request
+          │               │
+          │ close_after   │ close_after                  Connection: close, a refusal, a drain, the client's EOF
+          ▼               ▼
+        CLOSING ◄─answered─ LAST                          answer what is queued (start: CLOSING -> LAST), then
+          │                                               close the transport
+          ▼
+        CLOSED   (from any state, when the transport is lost)
+    """
+
+    IDLE = 0  # open, no request being answered: reading the next
+    BUSY = 1  # answering the request at the head of the queue
+    LAST = 2  # answering, and closing once what is queued is answered
+    CLOSING = 3  # nothing being answered; what is queued is answered, then the transport closes
+    CLOSED = 4  # the transport is gone: nothing is read or written
+
+
+# The state is held as a plain int compared with Final literals (compiled, a C int compare; see
+# sidecar/native.py); ``State(conn.state)`` names it.
+_IDLE: Final = 0
+_BUSY: Final = 1
+_LAST: Final = 2
+_CLOSING: Final = 3
+_CLOSED: Final = 4
+assert tuple(State) == (_IDLE, _BUSY, _LAST, _CLOSING, _CLOSED)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -66,11 +100,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         "parser",
         "current",
         "queue",
+        "state",
         "active",
         "in_next",
-        "busy",
-        "closing",
-        "closed",
         "client_ip",
         "read_paused_by",
         "streaming",
@@ -94,11 +126,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.parser = httptools.HttpRequestParser(self)
         self.current: IncomingRequest | None = None  # being parsed
         self.queue: deque[IncomingRequest] = deque()  # parsed, waiting to be (or being) answered
+        self.state: int = _IDLE  # changed only through the transitions below
         self.active: Forwarding | None = None  # the request being answered (queue[0])
         self.in_next = False
-        self.busy = False  # a request is being answered
-        self.closing = False  # answer what is queued, then close
-        self.closed = False
         self.client_ip = b""  # for X-Forwarded-For, encoded once per connection
         self.read_paused_by: set[str] = set()
         self.streaming: UpstreamResponse | None = None
@@ -112,6 +142,49 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.held = b""  # the start of an extension method, until its end arrives
         self.ext_method = b""  # the client's method, when the parser was given a stand-in
 
+    # -- the state (see State) -------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        """Is a request being answered?"""
+        return _BUSY <= self.state <= _LAST
+
+    @property
+    def closed(self) -> bool:
+        return self.state == _CLOSED
+
+    def _open(self) -> bool:
+        """Neither closing nor closed: the connection may carry further requests."""
+        state = self.state
+        return state <= _BUSY
+
+    def _start(self) -> None:
+        """The request at the head of the queue is being answered."""
+        state = self.state
+        if state == _IDLE:
+            self.state = _BUSY
+        elif state == _CLOSING:
+            self.state = _LAST
+        else:
+            raise InvalidTransition("client connection", State(state).name.lower(), "start answering")
+
+    def _answered(self) -> None:
+        """The request being answered is done with (answered or given up)."""
+        state = self.state
+        if state == _BUSY:
+            self.state = _IDLE
+        elif state == _LAST:
+            self.state = _CLOSING
+        elif state != _CLOSED:  # a connection lost meanwhile has nothing left to answer
+            raise InvalidTransition("client connection", State(state).name.lower(), "answered")
+
+    def _close_after_queue(self) -> None:
+        """Answer what is queued, read nothing new, then close."""
+        state = self.state
+        if state == _BUSY:
+            self.state = _LAST
+        elif state == _IDLE:
+            self.state = _CLOSING
+
     # -- asyncio.Protocol ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -119,12 +192,11 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.client_ip = (peer[0] if peer else "").encode("latin-1")
         self.listener.connection_opened(self)
         if self.listener.stopping:
-            self.closing = True
-            transport.close()
+            self.close()
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = self.loop.time()
-        if self.closing and self.current is None:
+        if self.current is None and not self._open():
             return  # after a refusal or during shutdown: nothing more is read
         if self.held:  # the start of an extension method (methods.py)
             data, self.held = self.held + data, b""
@@ -190,13 +262,12 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             self.drop()
             return False
         if not queue:
-            self.closing = True
+            self._close_after_queue()
             return False
         return True  # keep the sending side open for the answers
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.closing = True
+        self.state = _CLOSED  # from any state
         self.listener.connection_closed(self)
         active, self.active = self.active, None
         self.streaming = self.stream_owner = None
@@ -206,7 +277,6 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             if req.body is not None:
                 req.body.discard()
         self.queue.clear()
-        self.busy = False
         self.listener.connection_idle(self)
 
     def pause_writing(self) -> None:
@@ -298,7 +368,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         """Answer ``status`` after what is queued, then close; read nothing more."""
         req = self.current
         self.current = None
-        self.closing = True
+        self._close_after_queue()
         self.pause_for("refused")
         self.listener.refused(status)
         if req is not None and req in self.queue:
@@ -316,7 +386,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
                 req.refusal = (405, "CONNECT tunnels are not supported")
                 req.keep_alive = False
                 self.listener.refused(405)
-            self.closing = True
+            self._close_after_queue()
             self.pause_for("refused")
             return
         # An Upgrade request (e.g. WebSocket) is forwarded as a plain request (Upgrade is hop-by-hop).
@@ -326,20 +396,20 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
 
     def drop(self) -> None:
         """Drop the connection at once (its client sees a reset)."""
-        self.closing = True
+        self._close_after_queue()
         if self.transport is not None:
             self.transport.abort()
 
     # -- flow control (replay.ReadControl) -------------------------------------------------------------
     def pause_for(self, why: str) -> None:
-        if not self.read_paused_by and self.transport is not None and not self.closed:
+        if not self.read_paused_by and self.transport is not None and self.state != _CLOSED:
             self.transport.pause_reading()
         self.read_paused_by.add(why)
 
     def resume_for(self, why: str) -> None:
         if why in self.read_paused_by:
             self.read_paused_by.discard(why)
-            if not self.read_paused_by and self.transport is not None and not self.closed:
+            if not self.read_paused_by and self.transport is not None and self.state != _CLOSED:
                 self.transport.resume_reading()
 
     def pause_body(self) -> None:
@@ -349,7 +419,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.resume_for("body")
 
     def send_continue(self) -> None:
-        if not self.closed:
+        if self.state != _CLOSED:
             self.transport.write(CONTINUE)  # type: ignore[union-attr]
 
     # -- answering -------------------------------------------------------------------------------------
@@ -364,9 +434,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.in_next = True
         try:
             queue = self.queue
-            while queue and not self.busy and not self.closed:
+            while queue and (self.state == _IDLE or self.state == _CLOSING):
                 req = queue[0]
-                self.busy = True
+                self._start()
                 if req.refusal is not None:
                     status, message = req.refusal
                     self.write(encode(text(status, message), keep_alive=False))
@@ -378,7 +448,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
                     log.exception("answering a request failed")
                     self.abort_request(req)
                     break
-            if not queue and (self.closing or self.eof) and not self.closed:
+            if not queue and (self.eof or not self._open()) and self.state != _CLOSED:
                 self.close()
         finally:
             self.in_next = False
@@ -387,13 +457,13 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
 
     def request_done(self, req: IncomingRequest) -> None:
         """``req`` is answered (or given up): on to the next one, or close."""
-        if self.closed:
+        if self.state == _CLOSED:
             return
         self.active = None
         queue = self.queue
         if queue and queue[0] is req:
             queue.popleft()
-        self.busy = False
+        self._answered()
         if self.read_paused_by and len(queue) <= PIPELINE_DEPTH:
             self.resume_for("pipeline")
         if not self.keep_alive_after(req):
@@ -406,14 +476,14 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def abort_request(self, req: IncomingRequest) -> None:
         """Something went wrong answering ``req``: drop the connection (its client sees it closed)."""
         self.active = None
-        self.busy = False
+        self._answered()
         self.drop()
 
     def answering(self, fwd: Forwarding) -> None:
         self.active = fwd
 
     def close_after_answer(self) -> None:
-        self.closing = True
+        self._close_after_queue()
 
     def sweep(self, now: float, idle_timeout: float, body_timeout: float) -> None:
         """The listener's periodic look: a stalled request body, a head or an idle connection past its time,
@@ -439,21 +509,21 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def keep_alive_after(self, req: IncomingRequest) -> bool:
         """May this connection carry another request after ``req``'s answer?"""
         body = req.body
-        return req.keep_alive and not self.closing and (body is None or body.complete)
+        return req.keep_alive and self._open() and (body is None or body.complete)
 
     def write(self, data: bytes) -> None:
-        if not self.closed:
+        if self.state != _CLOSED:
             self.transport.write(data)  # type: ignore[union-attr]
 
     def close(self) -> None:
-        self.closing = True
-        if self.transport is not None and not self.closed:
+        self._close_after_queue()
+        if self.transport is not None and self.state != _CLOSED:
             self.transport.close()
 
     # -- the response pipe (upstream.Pipe) -------------------------------------------------------------
     def stream(self, resp: UpstreamResponse, chunked: bool, owner: Forwarding) -> None:
         """Write ``resp``'s body as it comes; ``owner.stream_over(resp, ok)`` follows."""
-        if self.closed:
+        if self.state == _CLOSED:
             owner.stream_over(resp, False)
             return
         self.streaming = resp
@@ -466,7 +536,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             resp.resume_upstream()
 
     def data(self, chunk: bytes) -> None:
-        if self.closed:
+        if self.state == _CLOSED:
             return
         self.last_activity = self.loop.time()
         if self.stream_chunked:
@@ -475,7 +545,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             self.transport.write(chunk)  # type: ignore[union-attr]
 
     def end(self) -> None:
-        if self.stream_chunked and not self.closed:
+        if self.stream_chunked and self.state != _CLOSED:
             self.transport.write(b"0\r\n\r\n")  # type: ignore[union-attr]
         self._stream_over(True)
 
