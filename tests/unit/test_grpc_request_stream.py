@@ -110,7 +110,7 @@ async def test_overflow_during_an_attempt_seals_and_trims() -> None:
     c.send(b"x" * 5, EOF)
     await t
     assert up.got == [b"123456", b"789012", b"xxxxx"]
-    assert s.messages == [] and s.size == 0  # nothing kept once sent
+    assert s.kept.pieces == [] and s.kept.size == 0  # nothing kept once sent
     s.close()
 
 

@@ -163,7 +163,7 @@ def test_replay_buffer_overflow_is_reported_once_and_the_body_let_go() -> None:
     body.feed(b"abc")
     body.feed(b"de")
     body.feed(b"f")
-    assert overflows == [1] and not body.replayable and body.chunks == []
+    assert overflows == [1] and not body.replayable and body.kept.pieces == []
     assert sink.data == b"abcdef"
     try:
         body.attach(Sink())
