@@ -52,6 +52,7 @@ SOURCES = (
     "sidecar/services.py",
     "sidecar/telemetry/metrics.py",
     "sidecar/telemetry/observer.py",
+    "sidecar/adapters/connections.py",
     "sidecar/adapters/replay.py",
     "sidecar/adapters/http/answer.py",
     "sidecar/adapters/http/attempt.py",

@@ -10,6 +10,7 @@ from typing import Any, Final
 from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
 from ...services import Services
+from ..connections import Connections
 from .connection import ConnectionOwner, ServerConnection
 from .plan import DEFAULT_REPLAY_BUFFER
 from .request import Forwarder
@@ -28,11 +29,10 @@ class HttpListener(ConnectionOwner):
         self.services = services
         self.host, self.port = split_host_port(config.listen)
         self._address: tuple[str, int] = (self.host, self.port)
-        self.connections: set[ServerConnection] = set()
+        self.connections: Connections[ServerConnection] = Connections(config.name, log)
         self.stopping = False
         self.server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
-        self._drained: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.forwarder = Forwarder(config, services)
         self.replay_limit = _replay_limit(config, services)
@@ -83,25 +83,7 @@ class HttpListener(ConnectionOwner):
         self.stopping = True
         if self.server is not None:
             self.server.close()
-        for conn in list(self.connections):
-            conn.close_after_answer()
-            if not conn.busy:
-                conn.close()
-        busy = [c for c in self.connections if c.busy]
-        if busy and grace > 0:
-            self._drained = asyncio.Event()
-            try:
-                async with asyncio.timeout(grace):
-                    await self._drained.wait()
-            except TimeoutError:
-                log.warning(
-                    "listener %s: %d connection(s) still busy after %.1fs; closing",
-                    self.name,
-                    len(busy),
-                    grace,
-                )
-        for conn in list(self.connections):
-            conn.drop()
+        await self.connections.drain(grace)
         for pool in self.forwarder.all_pools():
             pool.close()
         if self._sweeper is not None:
@@ -117,8 +99,7 @@ class HttpListener(ConnectionOwner):
         self.connections.discard(conn)
 
     def connection_idle(self, conn: ServerConnection) -> None:
-        if self._drained is not None and not any(c.busy for c in self.connections):
-            self._drained.set()
+        self.connections.idle(conn)
 
     def refused(self, status: int) -> None:
         self._rejected.reject(str(status))
@@ -129,7 +110,7 @@ class HttpListener(ConnectionOwner):
         now = loop.time()
         idle_timeout = self.config.idle_timeout
         body_timeout = self.config.request_body_timeout
-        for conn in list(self.connections):
+        for conn in self.connections:
             conn.sweep(now, idle_timeout, body_timeout)
         for pool in self.forwarder.all_pools():
             pool.sweep(now, min(POOL_IDLE_TIMEOUT, idle_timeout))

@@ -16,6 +16,7 @@ import collections
 import logging
 from collections.abc import Awaitable, Callable
 
+from ..connections import Connections
 from . import wire
 from .commands import CommandError
 from .patch import PatchError
@@ -34,7 +35,7 @@ class AppConnection(asyncio.Protocol):
         handler: Handler,
         max_size: int,
         listener: str,
-        connections: set[AppConnection],
+        connections: Connections[AppConnection],
     ) -> None:
         self.conn_id = conn_id
         self.handler = handler
@@ -50,6 +51,7 @@ class AppConnection(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
         self.busy = False
         self.closed = False
+        self.closing = False  # close once the answer in progress is out (a drain)
         self.paused = False
 
     # -- asyncio.Protocol ------------------------------------------------------------------------------
@@ -134,6 +136,9 @@ class AppConnection(asyncio.Protocol):
                     self.transport.write(out)
                     if self.writable is not None:
                         await self.writable
+                if self.closing:
+                    self.close()
+                self.connections.idle(self)
         except _BAD_INPUT as e:
             self.refuse(e)
         except asyncio.CancelledError:
@@ -153,6 +158,13 @@ class AppConnection(asyncio.Protocol):
         self.buffer.clear()
         self.close()
 
+    def close_after_answer(self) -> None:
+        self.closing = True
+
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+
+    def drop(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()

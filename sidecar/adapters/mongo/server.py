@@ -21,6 +21,7 @@ from bson.raw_bson import RawBSONDocument
 from ...config.schema import MongoListenerConfig
 from ...config.units import split_host_port
 from ...services import Services
+from ..connections import Connections
 from . import answer, wire
 from .commands import AUTH, HELLO, RAW, describe
 from .connection import AppConnection
@@ -61,10 +62,7 @@ class MongoListener:
             server_selection_timeout=SERVER_SELECTION_TIMEOUT,
         )
         self._server: asyncio.Server | None = None
-        self._connections: set[AppConnection] = set()
-        self._inflight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._connections: Connections[AppConnection] = Connections(config.name, log)
         self._conn_ids = itertools.count(1)
         self._background: set[asyncio.Task[None]] = set()
 
@@ -108,12 +106,7 @@ class MongoListener:
     async def stop(self, grace: float) -> None:
         if self._server is not None:
             self._server.close()
-        if self._inflight:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(grace):
-                    await self._idle.wait()
-        for c in list(self._connections):
-            c.close()
+        await self._connections.drain(grace)
         for t in list(self._background):
             t.cancel()
         await self.up.topology.stop()
@@ -149,14 +142,7 @@ class MongoListener:
             return answer.error_doc(18, "AuthenticationFailed", _AUTH_REFUSED)
         if name == "endSessions":
             return self._end_sessions(msg, body)
-        self._inflight += 1
-        self._idle.clear()
-        try:
-            return await forward(self.up, msg, cmd)
-        finally:
-            self._inflight -= 1
-            if not self._inflight:
-                self._idle.set()
+        return await forward(self.up, msg, cmd)
 
     def _legacy(self, conn_id: int, header: wire.Header, q: wire.Query) -> bytes:
         doc = RawBSONDocument(q.query, RAW)

@@ -351,3 +351,33 @@ async def test_an_answered_request_is_freed_at_once_not_by_the_cycle_collector(c
         finally:
             gc.enable()
         assert left == []
+
+
+async def test_stop_closes_idle_keepalive_connections_at_once_and_counts_only_busy_ones(
+    client, upstream, caplog
+) -> None:
+    """The drain (adapters/connections.py): a keep-alive connection between requests is closed at once; one
+    answered during the grace closes then; one whose answer does not come in time is dropped after the
+    grace, and the log counts only that one (it counted every connection busy when the drain began)."""
+    upstream.then(Fault(200), Fault(200, hang=True), Fault(200, delay=0.2, body=b"in time"))
+    async with sidecar(config([upstream.endpoint], {"per_try_timeout": "none"})) as sc:
+        idle_r, idle_w = await asyncio.open_connection(sc.host, sc.port)
+        idle_w.write(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = await idle_r.readuntil(b"\r\n\r\n")
+        assert first.startswith(b"HTTP/1.1 200 ")
+        await idle_r.readexactly(int(first.lower().split(b"content-length: ")[1].split(b"\r\n")[0]))
+        busy_r, busy_w = await asyncio.open_connection(sc.host, sc.port)
+        busy_w.write(b"GET /hangs HTTP/1.1\r\nHost: x\r\n\r\n")
+        await upstream.wait_hits(2)
+        soon_r, soon_w = await asyncio.open_connection(sc.host, sc.port)
+        soon_w.write(b"GET /in-time HTTP/1.1\r\nHost: x\r\n\r\n")
+        await upstream.wait_hits(3)
+        with caplog.at_level("WARNING", logger="sidecar.http"):
+            await sc.app.stop(grace=3.0)  # the 0.2 s answer comes well within it
+        assert await asyncio.wait_for(idle_r.read(), 30) == b""  # closed, nothing more said
+        assert (await asyncio.wait_for(soon_r.read(), 30)).endswith(b"in time")
+        assert await asyncio.wait_for(busy_r.read(), 30) == b""  # dropped: no answer came in time
+        for w in (idle_w, busy_w, soon_w):
+            w.close()
+    warnings = [r.getMessage() for r in caplog.records if "still busy" in r.getMessage()]
+    assert warnings == ["listener web: 1 connection(s) still busy after 3.0s; closing"]
