@@ -22,7 +22,7 @@ from mypy_extensions import mypyc_attr
 from ..transitions import InvalidTransition
 from . import methods
 from .answer import encode, text
-from .headers import STRIDE, VALUE, add_header, content_length
+from .headers import STRIDE, UNSTATED, VALUE, add_header, body_framing
 from .replay import RequestBody
 from .request import ClientConnection, Forwarder, Forwarding, IncomingRequest, refused
 from .upstream import UpstreamResponse
@@ -152,10 +152,8 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def closed(self) -> bool:
         return self.state == _CLOSED
 
-    def _open(self) -> bool:
-        """Neither closing nor closed: the connection may carry further requests."""
-        state = self.state
-        return state <= _BUSY
+    # Inline on the hot path (a call costs more than the compare): ``self.state <= _BUSY``, open (neither
+    # closing nor closed); ``self.state == _IDLE or self.state == _CLOSING``, free to start the next request.
 
     def _start(self) -> None:
         """The request at the head of the queue is being answered."""
@@ -196,7 +194,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = self.loop.time()
-        if self.current is None and not self._open():
+        if self.current is None and self.state > _BUSY:
             return  # after a refusal or during shutdown: nothing more is read
         if self.held:  # the start of an extension method (methods.py)
             data, self.held = self.held + data, b""
@@ -204,7 +202,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             self.at_boundary = self.current is None
             try:
                 self.parser.feed_data(data)
-                if self.queue and not self.busy:
+                if self.queue and (self.state == _IDLE or self.state == _CLOSING):
                     self._next()
                 return
             except httptools.HttpParserInvalidMethodError as e:
@@ -229,7 +227,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             except httptools.HttpParserError as e:
                 self._refuse(400, f"malformed request: {e}")
             break
-        if self.queue and not self.busy:
+        if self.queue and (self.state == _IDLE or self.state == _CLOSING):
             self._next()
 
     def _extension_method(self, data: bytes) -> bytes | None:
@@ -322,20 +320,15 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         req.method = method
         req.head_request = method == b"HEAD"
         req.keep_alive = keep_alive = p.should_keep_alive()
-        length: int | None = 0
+        headers = req.headers
+        framing = body_framing(headers)
+        length: int | None = framing if framing >= 0 else 0 if framing == UNSTATED else None  # None: chunked
+        req.zero_length = framing == 0  # RFC 9112 6.3: kept, some servers (nginx) want a length
         expect = False
         connection = False
-        headers = req.headers
         for i in range(0, len(headers), STRIDE):
             n = headers[i]
-            if n == b"content-length":
-                length = content_length(headers[i + VALUE])
-                if length == 0:
-                    req.zero_length = True  # RFC 9112 6.3: kept, some servers (nginx) want a length
-            elif n == b"transfer-encoding":
-                if b"chunked" in headers[i + VALUE].lower():
-                    length = None
-            elif n == b"expect":
+            if n == b"expect":
                 expect = headers[i + VALUE].strip().lower() == b"100-continue"
             elif n == b"connection":
                 connection = True
@@ -448,11 +441,11 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
                     log.exception("answering a request failed")
                     self.abort_request(req)
                     break
-            if not queue and (self.eof or not self._open()) and self.state != _CLOSED:
+            if not queue and (self.eof or self.state > _BUSY) and self.state != _CLOSED:
                 self.close()
         finally:
             self.in_next = False
-        if not self.busy:
+        if self.state != _BUSY and self.state != _LAST:
             self.listener.connection_idle(self)
 
     def request_done(self, req: IncomingRequest) -> None:
@@ -509,7 +502,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def keep_alive_after(self, req: IncomingRequest) -> bool:
         """May this connection carry another request after ``req``'s answer?"""
         body = req.body
-        return req.keep_alive and self._open() and (body is None or body.complete)
+        return req.keep_alive and self.state <= _BUSY and (body is None or body.complete)
 
     def write(self, data: bytes) -> None:
         if self.state != _CLOSED:

@@ -33,7 +33,7 @@ import httptools
 from mypy_extensions import mypyc_attr
 
 from ..transitions import InvalidTransition
-from .headers import STRIDE, VALUE, Headers, add_header, content_length
+from .headers import CHUNKED, Headers, add_header, body_framing
 from .replay import RequestBody
 
 
@@ -449,17 +449,9 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             return
         self.informational = False
         self.keep_alive = self.parser.should_keep_alive()
-        length: int | None = None
-        chunked = False
-        headers = self.headers
-        for i in range(0, len(headers), STRIDE):
-            low = headers[i]
-            if low == b"content-length":
-                length = content_length(headers[i + VALUE])
-            elif low == b"transfer-encoding" and b"chunked" in headers[i + VALUE].lower():
-                chunked = True
-        if chunked:
-            length = None
+        framing = body_framing(self.headers)
+        chunked = framing == CHUNKED
+        length = framing if framing >= 0 else None  # else chunked, or up to the connection's close
         no_body = self.head_request or status in _NO_BODY_STATUS
         r = UpstreamResponse(status, self.reason, self.headers, length, chunked, no_body, self, self.attempt)
         self.response = r
