@@ -39,7 +39,7 @@ from .upstream import Pool, UpstreamResponse
 
 log: Final = logging.getLogger("sidecar.http")
 _LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
-_CANCELLED: Final = Reason.CANCELLED  # constants: compiled, an enum member is an attribute lookup
+_CANCELLED: Final = Reason.CANCELLED  # enum members as Final aliases (the convention: sidecar/native.py)
 _DEADLINE: Final = Reason.DEADLINE
 _METHODS: Final = {
     m: m.decode() for m in (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE")
