@@ -274,8 +274,19 @@ class HttpListenerConfig(ListenerBase):
     routes: list[RouteConfig] = []
     retry_non_idempotent: bool = False
     max_header_size: Size = 64 * 1024
+    #: The whole request head (request line and headers) must arrive within this, from its first byte: else
+    #: 408 and close (a client trickling a byte at a time cannot hold a connection; Envoy's
+    #: request_headers_timeout, HAProxy's timeout http-request).
+    header_timeout: Duration = 10.0
     idle_timeout: Duration = 60.0
     request_body_timeout: Duration = 60.0  # a request body from which nothing arrives this long: 408
+
+    @field_validator("header_timeout")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("must be positive")
+        return v
 
 
 class GrpcListenerConfig(ListenerBase):

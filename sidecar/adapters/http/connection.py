@@ -478,9 +478,14 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def close_after_answer(self) -> None:
         self._close_after_queue()
 
-    def sweep(self, now: float, idle_timeout: float, body_timeout: float) -> None:
-        """The listener's periodic look: a stalled request body, a head or an idle connection past its time,
-        an upstream response that stopped coming."""
+    def sweep(self, now: float, header_timeout: float, idle_timeout: float, body_timeout: float) -> None:
+        """The listener's periodic look: a head not complete within header_timeout, a stalled request body,
+        an idle connection past its time, an upstream response that stopped coming."""
+        current = self.current
+        if current is not None and not self.in_body and now - current.began > header_timeout:
+            # counted from the head's first byte: bytes trickling in do not extend it (the idle timer)
+            self._refuse(408, f"request head not received within header_timeout ({header_timeout:g}s)")
+            return
         idle = now - self.last_activity
         active = self.active
         # a body stalled by the client (not by the sidecar's own flow control: reading paused), and no

@@ -76,7 +76,7 @@ class HttpListener(ConnectionOwner):
         self.server = server
         self._address = tuple(server.sockets[0].getsockname()[:2])
         self.forwarder.bind(loop, self._address)
-        self._sweeper = loop.call_later(SWEEP_EVERY, self._sweep)
+        self._sweeper = loop.call_later(_sweep_every(self.config), self._sweep)
 
     async def stop(self, grace: float) -> None:
         """Stop accepting; answer what is in progress (for up to ``grace`` seconds); close everything."""
@@ -108,13 +108,18 @@ class HttpListener(ConnectionOwner):
         loop = self.loop
         assert loop is not None
         now = loop.time()
-        idle_timeout = self.config.idle_timeout
-        body_timeout = self.config.request_body_timeout
+        config = self.config
+        idle_timeout = config.idle_timeout
         for conn in self.connections:
-            conn.sweep(now, idle_timeout, body_timeout)
+            conn.sweep(now, config.header_timeout, idle_timeout, config.request_body_timeout)
         for pool in self.forwarder.all_pools():
             pool.sweep(now, min(POOL_IDLE_TIMEOUT, idle_timeout))
-        self._sweeper = loop.call_later(SWEEP_EVERY, self._sweep)
+        self._sweeper = loop.call_later(_sweep_every(config), self._sweep)
+
+
+def _sweep_every(config: HttpListenerConfig) -> float:
+    """Look often enough that a short header_timeout is kept to within half of itself."""
+    return min(SWEEP_EVERY, config.header_timeout / 2)
 
 
 def _replay_limit(config: HttpListenerConfig, services: Services) -> int:

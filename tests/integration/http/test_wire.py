@@ -10,7 +10,9 @@ import socket
 import struct
 
 import aiohttp
+import pytest
 
+from sidecar.config import ConfigError, load_dict
 from sidecar.policy import Reason
 from sidecar.testing.http_upstream import Fault
 
@@ -381,3 +383,35 @@ async def test_stop_closes_idle_keepalive_connections_at_once_and_counts_only_bu
             w.close()
     warnings = [r.getMessage() for r in caplog.records if "still busy" in r.getMessage()]
     assert warnings == ["listener web: 1 connection(s) still busy after 3.0s; closing"]
+
+
+async def test_a_head_trickled_past_header_timeout_gets_408_while_other_clients_are_served(
+    client, upstream
+) -> None:
+    """header_timeout bounds the whole head from its first byte: a byte every 50 ms keeps resetting the idle
+    timer (60 s here) but not this one."""
+    async with sidecar(config([upstream.endpoint], listener={"header_timeout": "300ms"})) as sc:
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\nX-Trickle: ")
+
+        async def trickle() -> None:
+            while True:  # until the sidecar closes the connection (then the write fails or is ignored)
+                writer.write(b"a")
+                await asyncio.sleep(0.05)  # the slow client's pace, not a wait for the sidecar
+
+        pace = asyncio.create_task(trickle())
+        try:
+            async with client.get(sc.url + "/meanwhile") as r:  # another connection, served as usual
+                assert r.status == 200
+            answer = await asyncio.wait_for(reader.read(-1), 30)
+        finally:
+            pace.cancel()
+            writer.close()
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"header_timeout (0.3s)" in answer
+        assert [s.path for s in upstream.received] == ["/meanwhile"]  # nothing of the slow one went upstream
+        assert sc.metric("sidecar_rejected_total", reason="408") == 1
+
+
+def test_header_timeout_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="header_timeout"):
+        load_dict(config(["127.0.0.1:1"], listener={"header_timeout": "0s"}))
