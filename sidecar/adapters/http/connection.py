@@ -22,7 +22,7 @@ from mypy_extensions import mypyc_attr
 from ..transitions import InvalidTransition
 from . import methods
 from .answer import encode, text
-from .headers import STRIDE, UNSTATED, VALUE, add_header, body_framing
+from .headers import NOT_CHUNKED, STRIDE, UNSTATED, VALUE, add_header, body_framing
 from .replay import RequestBody
 from .request import ClientConnection, Forwarder, Forwarding, IncomingRequest, refused
 from .upstream import UpstreamResponse
@@ -34,8 +34,13 @@ PIPELINE_DEPTH: Final = 16
 CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
-class _HeadTooLarge(Exception):
-    pass
+class _Refused(Exception):
+    """Raised in a parser callback: answer ``status`` with ``message`` before anything goes upstream."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 class State(IntEnum):
@@ -216,11 +221,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             except httptools.HttpParserUpgrade as e:
                 self._upgrade(data[e.args[0] :] if e.args else b"")
             except httptools.HttpParserCallbackError as e:
-                if isinstance(e.__context__, _HeadTooLarge):
-                    self._refuse(
-                        431,
-                        f"request head larger than max_header_size ({self.max_header_size} bytes)",
-                    )
+                refusal = e.__context__
+                if isinstance(refusal, _Refused):
+                    self._refuse(refusal.status, refusal.message)
                 else:
                     log.exception("HTTP request parsing failed in a callback")
                     self._refuse(400, "bad request")
@@ -298,7 +301,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         req.url += url
         req.head_size += len(url)
         if req.head_size > self.max_header_size:
-            raise _HeadTooLarge
+            raise self._head_too_large()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         req = self.current
@@ -308,7 +311,10 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         add_header(req.headers, name, value)
         req.head_size += len(name) + len(value) + 4
         if req.head_size > self.max_header_size:
-            raise _HeadTooLarge
+            raise self._head_too_large()
+
+    def _head_too_large(self) -> _Refused:
+        return _Refused(431, f"request head larger than max_header_size ({self.max_header_size} bytes)")
 
     def on_headers_complete(self) -> None:
         req = self.current
@@ -322,6 +328,13 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         req.keep_alive = keep_alive = p.should_keep_alive()
         headers = req.headers
         framing = body_framing(headers)
+        if framing == NOT_CHUNKED:  # RFC 9112 6.3: the body's end cannot be known
+            te = b", ".join(
+                headers[i + VALUE]
+                for i in range(0, len(headers), STRIDE)
+                if headers[i] == b"transfer-encoding"
+            )
+            raise _Refused(400, f"Transfer-Encoding must end in chunked, not {te.decode('latin-1')!r}")
         length: int | None = framing if framing >= 0 else 0 if framing == UNSTATED else None  # None: chunked
         req.zero_length = framing == 0  # RFC 9112 6.3: kept, some servers (nginx) want a length
         expect = False
@@ -358,16 +371,27 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
 
     # -- errors in the client's bytes ------------------------------------------------------------------
     def _refuse(self, status: int, message: str) -> None:
-        """Answer ``status`` after what is queued, then close; read nothing more."""
+        """Answer ``status`` after what is queued, then close; read nothing more. Nothing of the refused
+        request completes upstream: if its head was fine and its body broke (a malformed chunk header, a
+        Content-Length trailer) the parser stopped before the body's end."""
         req = self.current
         self.current = None
         self._close_after_queue()
         self.pause_for("refused")
-        self.listener.refused(status)
         if req is not None and req in self.queue:
-            # The head was fine and forwarding began; its body is broken: nothing sane can follow.
-            self.drop()
-            return
+            active = self.active
+            if active is not None and active.req is req:  # forwarding began: its attempts end, it answers
+                if not active.refuse_body(status, message):
+                    self.drop()  # its answer is already on its way: nothing sane can follow
+                return
+            if req is not self.queue[0] or not self.busy:  # queued, not begun: refused in its place
+                self.queue.remove(req)
+                if req.body is not None:
+                    req.body.discard()
+            else:
+                self.drop()
+                return
+        self.listener.refused(status)
         self._enqueue(refused(self.loop.time(), status, message))
         if not self.busy:
             self._next()

@@ -90,6 +90,10 @@ UNSTATED: Final = -2
 NOT_CHUNKED: Final = -3
 
 
+class BadRequest(Exception):
+    """A request head that must not be forwarded (answered 400 with this message)."""
+
+
 def body_framing(headers: Headers) -> int:
     """How a message's head frames its body (RFC 9112 6.3): its Content-Length (>= 0), or ``CHUNKED``,
     ``UNSTATED``, ``NOT_CHUNKED``. A Transfer-Encoding overrides a Content-Length; the last coding of the
@@ -234,8 +238,9 @@ def request_head(
         value = headers[i + VALUE]
         if low in drop:
             if low == b"host":
-                if client_host is None:
-                    client_host = value
+                if client_host is not None:  # RFC 9112 3.2: which one would the upstream believe?
+                    raise BadRequest("more than one Host header")
+                client_host = value
             elif low == deadline_header:
                 deadline = value
             elif low == b"x-forwarded-for":

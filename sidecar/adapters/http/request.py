@@ -31,10 +31,10 @@ from ...telemetry import RequestObserver
 from ...timers import Timers, timers_for
 from .answer import Answer, encode, for_finish, text
 from .attempt import Attempter
-from .headers import Headers, find_header, request_head, response_head
+from .headers import BadRequest, Headers, find_header, request_head, response_head
 from .plan import Plan
 from .replay import RequestBody
-from .routing import Router, Target, split_host
+from .routing import Router, Target, split_host, valid_host
 from .upstream import Pool, UpstreamResponse
 
 log: Final = logging.getLogger("sidecar.http")
@@ -217,18 +217,22 @@ class Forwarder:
             plan = self.plans.get(id(target)) or self.plan(target)
             self._last_target, self._last_plan = target, plan
         body = req.body
-        rh = request_head(
-            req.method,
-            target_url,
-            req.headers,
-            client_ip=conn.client_ip,
-            deadline_header=plan.deadline_lname,
-            body_length=(0 if req.zero_length else None) if body is None else body.length,
-            chunked=body is not None and body.chunked,
-            authority=authority,
-            is_self=self.is_self,
-            replace_trace=self.tracing,
-        )
+        try:
+            rh = request_head(
+                req.method,
+                target_url,
+                req.headers,
+                client_ip=conn.client_ip,
+                deadline_header=plan.deadline_lname,
+                body_length=(0 if req.zero_length else None) if body is None else body.length,
+                chunked=body is not None and body.chunked,
+                authority=authority,
+                is_self=self.is_self,
+                replace_trace=self.tracing,
+            )
+        except BadRequest as e:  # before anything went upstream; what follows on the connection is suspect
+            conn.close_after_answer()
+            return self._refuse(req, conn, 400, str(e))
         timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None  # the client's
         method = "GET" if req.method == b"GET" else _METHODS.get(req.method) or req.method.decode("latin-1")
         attrs: dict[str, str | int] | None = None
@@ -284,7 +288,10 @@ class Forwarder:
         name instead; any other Host (a virtual host the app means) is passed on."""
         known = self._self_hosts.get(host)
         if known is None:
-            h, port = split_host(host.decode("latin-1"))
+            value = host.decode("latin-1")
+            if not valid_host(value):
+                raise BadRequest(f"malformed Host header: {value!r}")
+            h, port = split_host(value)
             known = (
                 h in _LOOPBACK or h == self.host.lower() and port in (None, self.port)
             )
@@ -311,7 +318,7 @@ def write_answer(req: IncomingRequest, conn: ClientConnection, answer: Answer) -
 class Forwarding(CallOwner):
     """One request between ``begin`` and its complete answer."""
 
-    __slots__ = ("forwarder", "req", "conn", "obs", "attempter", "driver", "response", "stalled")
+    __slots__ = ("forwarder", "req", "conn", "obs", "attempter", "driver", "response", "refusal")
 
     def __init__(
         self,
@@ -328,7 +335,7 @@ class Forwarding(CallOwner):
         self.attempter = attempter
         self.driver: Driver | None = None
         self.response: UpstreamResponse | None = None  # being streamed to the client
-        self.stalled = 0.0  # the request body stalled for this many seconds: answered 408
+        self.refusal: tuple[int, str] | None = None  # the body stalled or broke: answered this, then closed
 
     def _over(self) -> None:
         """The answer is complete: on to the connection's next request. The references that tie this
@@ -346,12 +353,18 @@ class Forwarding(CallOwner):
     def body_stalled(self, timeout: float) -> None:
         """Nothing of the request body came for ``request_body_timeout``: abandon the attempts, answer 408,
         close (the rest of the body will not be read)."""
+        if not self.refuse_body(408, f"request body stalled for request_body_timeout ({timeout:g}s)"):
+            self.conn.close()  # answered already: the connection cannot carry another request
+
+    def refuse_body(self, status: int, why: str) -> bool:
+        """The request body stalled or broke its framing: abandon the attempts (an upstream never sees the
+        request complete), answer ``status``, close. False: too late, the answer is on its way."""
         driver = self.driver
         if driver is None or driver.finish is not None:
-            self.conn.close()  # answered already: the connection cannot carry another request
-            return
-        self.stalled = timeout
-        driver.client_gone()  # -> finished(cancelled), answered 408 there
+            return False
+        self.refusal = (status, why)
+        driver.client_gone()  # -> finished(cancelled), answered there
+        return True
 
     def client_gone(self) -> None:
         """The client disconnected: stop the attempts, or the response being streamed."""
@@ -379,12 +392,13 @@ class Forwarding(CallOwner):
         if finish.reason is _CANCELLED:
             if payload is not None:
                 self.attempter.discard(payload)
-            if self.stalled:
-                why = f"request body stalled for request_body_timeout ({self.stalled:g}s)"
-                self.forwarder.rejected.reject("408")
+            refusal = self.refusal
+            if refusal is not None:
+                status, why = refusal
+                self.forwarder.rejected.reject(str(status))
                 conn.close_after_answer()
-                write_answer(req, conn, text(408, why))
-                obs.set_attribute("http.response.status_code", 408)
+                write_answer(req, conn, text(status, why))
+                obs.set_attribute("http.response.status_code", status)
                 obs.end(why)
             else:
                 obs.end("client went away")

@@ -212,7 +212,9 @@ async def test_client_going_away_cancels_the_upstream_request(upstream) -> None:
 async def test_a_client_that_half_closes_after_its_requests_gets_the_answers(upstream) -> None:
     async with sidecar(config([upstream.endpoint])) as sc:
         reader, writer = await asyncio.open_connection(sc.host, sc.port)
-        writer.write(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+        writer.write(
+            b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
+        )
         writer.write_eof()
         out = await reader.read()  # until the sidecar closes, once both are answered
         writer.close()
@@ -415,3 +417,67 @@ async def test_a_head_trickled_past_header_timeout_gets_408_while_other_clients_
 def test_header_timeout_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="header_timeout"):
         load_dict(config(["127.0.0.1:1"], listener={"header_timeout": "0s"}))
+
+
+_CHUNKED_POST = b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "named"),
+    [
+        (
+            b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            b"Transfer-Encoding must end in chunked, not 'xchunked'",
+        ),
+        (
+            b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            b"Transfer-Encoding",
+        ),
+        (_CHUNKED_POST + b"5;a=b\nhello\r\n0\r\n\r\n", b"CR after chunk extension"),
+        (_CHUNKED_POST + b"0x5\r\nhello\r\n0\r\n\r\n", b"chunk size"),
+        (_CHUNKED_POST + b"5\r\nhello\r\n0\r\nContent-Length: 5\r\n\r\n", b"Content-Length"),
+        (b"GET / HTTP/1.1\r\nHost: 127.0.0.1:\xb23001\r\n\r\n", b"malformed Host header"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", b"more than one Host header"),
+    ],
+    ids=[
+        "xchunked",
+        "chunked-not-last",
+        "bare-lf-extension",
+        "0x-size",
+        "content-length-trailer",
+        "host-not-ascii",
+        "two-hosts",
+    ],
+)
+async def test_bad_framing_or_host_is_400_before_anything_goes_upstream(
+    upstream, request_bytes: bytes, named: bytes
+) -> None:
+    """RFC 9112: every rule that can reject a request is applied to its head and to each chunk header before
+    a byte of it is forwarded; the client gets a 400 naming the problem (it used to get a bare close)."""
+    async with sidecar(config([upstream.endpoint])) as sc:
+        answer = await asyncio.wait_for(raw(sc.host, sc.port, request_bytes), 30)
+        assert answer.startswith(b"HTTP/1.1 400 "), answer
+        assert named in answer and b"Connection: close" in answer
+        async with aiohttp.ClientSession() as s, s.get(sc.url + "/next") as r:  # the listener carries on
+            assert r.status == 200
+    assert [seen.path for seen in upstream.received] == ["/next"]  # nothing of the bad request
+
+
+async def test_a_chunk_header_broken_after_the_head_went_upstream_is_400_and_the_attempt_ends(
+    upstream,
+) -> None:
+    """The head and a good chunk were forwarded; the next chunk header is malformed: the attempt is
+    abandoned (the upstream never sees the body end) and the client gets 400."""
+    upstream.then(Fault(200, hang=True))
+    async with sidecar(config([upstream.endpoint])) as sc:
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        try:
+            writer.write(_CHUNKED_POST + b"5\r\nhello\r\n")
+            await upstream.wait_hits(1)  # the head is upstream
+            writer.write(b"0x5\r\nworld\r\n0\r\n\r\n")
+            answer = await asyncio.wait_for(reader.read(-1), 30)
+        finally:
+            writer.close()
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"chunk size" in answer, answer
+        await upstream.wait_cancelled(1)  # the upstream attempt was cut off
+        assert sc.metric("sidecar_rejected_total", reason="400") == 1
