@@ -22,10 +22,19 @@ Writing code in these modules (the tests run them compiled under ``make test``):
   attribute is a generic method lookup while a call through a native base class is direct;
 - what the code reads on every request should not be a lookup: a module-level name is a dictionary
   lookup unless it is ``Final`` (then a C static); ``Enum.MEMBER``, ``module.function`` and
-  ``dict.pop`` are attribute or method lookups each time (hot paths keep ``Final`` aliases:
-  ``_DEADLINE: Final = Reason.DEADLINE``); ``isinstance`` narrows a union so its fields are read from the
-  struct, where ``type(x) is C`` leaves it ``Any``. A ``Final`` used as a default argument is left unset
-  by mypyc 2.4 (``NameError`` at run time): ``telemetry.metrics.LATENCY_BUCKETS`` stays plain;
+  ``dict.pop`` are attribute or method lookups each time; ``isinstance`` narrows a union so its fields are
+  read from the struct, where ``type(x) is C`` leaves it ``Any``. A ``Final`` used as a default argument
+  is left unset by mypyc 2.4 (``NameError`` at run time): ``telemetry.metrics.LATENCY_BUCKETS`` stays
+  plain;
+- **enum members, the one convention** (``tests/unit/test_enum_aliases.py`` checks it): a compiled module
+  whose code reads enum members on every request's path aliases them to ``Final`` names under its
+  imports (``_DEADLINE: Final = Reason.DEADLINE``) and then reads *every* member of that enum through an
+  alias, never ``Reason.X`` in one line and ``_X`` in the next (``policy/engine.py``,
+  ``telemetry/observer.py``, ``upstream/outlier.py``, ``adapters/http/request.py``). Modules that read
+  members only off that path (errors, config, the sidecar's own answers), and every interpreted module,
+  read ``Enum.MEMBER`` and define no aliases. A state machine on the hot path keeps its state as an int
+  compared with ``Final`` int literals, named by an ``IntEnum`` (``adapters/http/connection.State``,
+  ``upstream.State``): an identity check against an alias still reads a module static;
 - measure a change with ``bench/http_instructions.py`` (callgrind, instructions per request: exact to the
   per cent) before ``bench/http_overhead.py`` (time: noisy on a shared machine).
 
@@ -54,6 +63,8 @@ SOURCES = (
     "sidecar/services.py",
     "sidecar/telemetry/metrics.py",
     "sidecar/telemetry/observer.py",
+    "sidecar/adapters/connections.py",
+    "sidecar/adapters/replay.py",
     "sidecar/adapters/http/answer.py",
     "sidecar/adapters/http/attempt.py",
     "sidecar/adapters/http/classify.py",

@@ -381,6 +381,10 @@ class HttpListenerConfig(ListenerBase):
     routes: list[RouteConfig] = []
     retry_non_idempotent: bool = False
     max_header_size: Size = 64 * 1024
+    #: The whole request head (request line and headers) must arrive within this, from its first byte: else
+    #: 408 and close (a client trickling a byte at a time cannot hold a connection; Envoy's
+    #: request_headers_timeout, HAProxy's timeout http-request).
+    header_timeout: Duration = 10.0
     idle_timeout: Duration = 60.0
     request_body_timeout: Duration = 60.0  # a request body from which nothing arrives this long: 408
     #: Paths never rate limited (health checks): exact, or a prefix when the entry ends with ``*``.
@@ -394,6 +398,13 @@ class HttpListenerConfig(ListenerBase):
                 raise ValueError(f"{p!r}: an exempt path starts with '/'")
             if "*" in p[:-1]:
                 raise ValueError(f"{p!r}: '*' may only end an exempt path (a prefix)")
+        return v
+
+    @field_validator("header_timeout")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("must be positive")
         return v
 
 

@@ -53,10 +53,24 @@ class Decide(Protocol):
 
 
 _WON: Final = frozenset({Reason.SUCCESS, Reason.NOT_RETRYABLE, Reason.COMMITTED})
-#: Members read on every request, as constants: compiled, ``Reason.SUCCESS`` is an attribute lookup each time.
+# Enum members as Final aliases, every one the code reads (the convention: sidecar/native.py).
 _CLS_SUCCESS: Final = OutcomeClass.SUCCESS
 _REASON_SUCCESS: Final = Reason.SUCCESS
 _REASON_HEDGE_LOST: Final = Reason.HEDGE_LOST
+_REASON_ATTEMPTS_EXHAUSTED: Final = Reason.ATTEMPTS_EXHAUSTED
+_REASON_AWAIT_HEDGES: Final = Reason.AWAIT_HEDGES
+_REASON_BUFFER_EXCEEDED: Final = Reason.BUFFER_EXCEEDED
+_REASON_CANCELLED: Final = Reason.CANCELLED
+_REASON_COMMITTED: Final = Reason.COMMITTED
+_REASON_DEADLINE: Final = Reason.DEADLINE
+_REASON_HEDGE: Final = Reason.HEDGE
+_REASON_NOT_RETRYABLE: Final = Reason.NOT_RETRYABLE
+_REASON_NO_ENDPOINT: Final = Reason.NO_ENDPOINT
+_REASON_PER_TRY_TIMEOUT: Final = Reason.PER_TRY_TIMEOUT
+_REASON_PUSHBACK_NO_RETRY: Final = Reason.PUSHBACK_NO_RETRY
+_REASON_RETRY: Final = Reason.RETRY
+_REASON_THROTTLED: Final = Reason.THROTTLED
+_REASON_TRANSPARENT_RETRY: Final = Reason.TRANSPARENT_RETRY
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -211,7 +225,7 @@ class Call:
         elif isinstance(event, BufferExceeded):
             self._buffer_exceeded(out)
         elif isinstance(event, ClientGone):
-            self._finish(Reason.CANCELLED, out, deliver=False)
+            self._finish(_REASON_CANCELLED, out, deliver=False)
         else:  # pragma: no cover - a programming error, not input
             raise TypeError(f"unknown event {event!r}")
         if not self.finished:
@@ -242,7 +256,7 @@ class Call:
         if self.complete_at_start:
             self._complete(now)
         if now >= self.deadline:
-            self._finish(Reason.DEADLINE, out, deliver=False)
+            self._finish(_REASON_DEADLINE, out, deliver=False)
             return
         if not self._send(now, out, hedge=0):
             return
@@ -256,11 +270,11 @@ class Call:
 
     def _tick(self, now: float, out: list[Command]) -> None:
         if now >= self.deadline:
-            self._finish(Reason.DEADLINE, out)
+            self._finish(_REASON_DEADLINE, out)
             return
         for a in list(self.attempts):
             if not a.done and a.expires <= now:
-                out.append(CancelAttempt(a.n, Reason.PER_TRY_TIMEOUT))
+                out.append(CancelAttempt(a.n, _REASON_PER_TRY_TIMEOUT))
                 self._ended(a.n, Outcome(C.TIMEOUT, detail="per-try timeout"), now, out)
                 if self.finished:
                     return
@@ -293,16 +307,16 @@ class Call:
         self.retry_at = self.hedge_at = INF
         for other in self.attempts:
             if other is not a and not other.done:
-                self._cancel(other, Reason.HEDGE_LOST, out)
+                self._cancel(other, _REASON_HEDGE_LOST, out)
 
     def _buffer_exceeded(self, out: list[Command]) -> None:
         self.replayable = False
         self.hedge_at = INF
         if self.hedging is not None and self.stop_reason is None:
-            self.stop_reason = Reason.BUFFER_EXCEEDED
+            self.stop_reason = _REASON_BUFFER_EXCEEDED
         if self.retry_at < INF:  # a retry was waiting: it can no longer be sent
             self.retry_at = INF
-            self._finish(Reason.BUFFER_EXCEEDED, out)
+            self._finish(_REASON_BUFFER_EXCEEDED, out)
         elif self.hedging is not None:
             self._finish_if_idle(out)
 
@@ -370,12 +384,12 @@ class Call:
             out.append(Decision(n, a.endpoint, cls, reason, delay))
 
         if self.committed == n:
-            decide(Reason.COMMITTED)
-            self._finish(Reason.COMMITTED, out)
+            decide(_REASON_COMMITTED)
+            self._finish(_REASON_COMMITTED, out)
             return
         if upstream_deadline:
-            decide(Reason.DEADLINE)
-            self._finish(Reason.DEADLINE, out)
+            decide(_REASON_DEADLINE)
+            self._finish(_REASON_DEADLINE, out)
             return
         if self.hedging is not None:
             self._after_hedge(n, cls, pushback, now, out, decide)
@@ -393,17 +407,17 @@ class Call:
         decide: Decide,
     ) -> None:
         if cls not in self.retry_on:
-            return self._give_up(Reason.NOT_RETRYABLE, out, decide)
+            return self._give_up(_REASON_NOT_RETRYABLE, out, decide)
         wait = pushback.delay if pushback is not None else None  # the server's wait (None: none, or stop)
         if pushback is not None and wait is None:
-            return self._give_up(Reason.PUSHBACK_NO_RETRY, out, decide)
+            return self._give_up(_REASON_PUSHBACK_NO_RETRY, out, decide)
         if not self.replayable:
-            return self._give_up(Reason.BUFFER_EXCEEDED, out, decide)
+            return self._give_up(_REASON_BUFFER_EXCEEDED, out, decide)
         if len(self.attempts) >= self.max_attempts:
-            return self._give_up(Reason.ATTEMPTS_EXHAUSTED, out, decide)
+            return self._give_up(_REASON_ATTEMPTS_EXHAUSTED, out, decide)
         if transparent:
             self.used_transparent = True
-            decide(Reason.TRANSPARENT_RETRY)
+            decide(_REASON_TRANSPARENT_RETRY)
             self._send(now, out, hedge=0)
             self.free_attempt = len(self.attempts)  # not a paid retry: no token taken, none returned
             return None
@@ -416,10 +430,10 @@ class Call:
             delay = 0.0
         # A wait that would cross the deadline ends the request now, before a token is spent.
         if now + delay >= self.deadline:
-            return self._give_up(Reason.DEADLINE, out, decide)
+            return self._give_up(_REASON_DEADLINE, out, decide)
         if self.throttle is not None and not self.throttle.acquire(now):
-            return self._give_up(Reason.THROTTLED, out, decide)
-        decide(Reason.RETRY, delay)
+            return self._give_up(_REASON_THROTTLED, out, decide)
+        decide(_REASON_RETRY, delay)
         if delay <= 0:
             self._send(now, out, hedge=0)
         else:
@@ -438,19 +452,19 @@ class Call:
     ) -> None:
         assert self.hedging is not None
         if cls not in self.hedging.non_fatal:
-            return self._give_up(Reason.NOT_RETRYABLE, out, decide)
+            return self._give_up(_REASON_NOT_RETRYABLE, out, decide)
         if self.stop_reason is None:
             wait = pushback.delay if pushback is not None else None  # the server's wait (None: none, or stop)
             if pushback is not None and wait is None:
-                self.stop_reason = Reason.PUSHBACK_NO_RETRY
+                self.stop_reason = _REASON_PUSHBACK_NO_RETRY
                 self.hedge_at = INF
             elif len(self.attempts) >= self.max_attempts:
-                self.stop_reason = Reason.ATTEMPTS_EXHAUSTED
+                self.stop_reason = _REASON_ATTEMPTS_EXHAUSTED
                 self.hedge_at = INF
             elif wait is not None:
                 # A6: the next hedge goes in n ms; later ones resume at n + hedging_delay.
                 if now + wait >= self.deadline:
-                    self.stop_reason = Reason.DEADLINE
+                    self.stop_reason = _REASON_DEADLINE
                     self.hedge_at = INF
                 else:
                     self.hedge_at = now + wait
@@ -461,13 +475,13 @@ class Call:
         if self.hedge_at <= now:
             self._hedges_due(now, out)
         if len(self.attempts) > sent_before:
-            reason = Reason.HEDGE
+            reason = _REASON_HEDGE
         elif self.inflight > 0 or self.hedge_at < INF:
-            reason = Reason.AWAIT_HEDGES
+            reason = _REASON_AWAIT_HEDGES
         else:
-            reason = self.stop_reason or Reason.ATTEMPTS_EXHAUSTED
+            reason = self.stop_reason or _REASON_ATTEMPTS_EXHAUSTED
         out.insert(mark, Decision(n, self.attempts[n - 1].endpoint, cls, reason))
-        if not self.finished and reason is not Reason.HEDGE and reason is not Reason.AWAIT_HEDGES:
+        if not self.finished and reason is not _REASON_HEDGE and reason is not _REASON_AWAIT_HEDGES:
             self._finish(reason, out)
         return None
 
@@ -480,13 +494,13 @@ class Call:
             if self.stop_reason is not None or self.committed is not None:
                 return
             if len(self.attempts) >= self.max_attempts:
-                self.stop_reason = Reason.ATTEMPTS_EXHAUSTED
+                self.stop_reason = _REASON_ATTEMPTS_EXHAUSTED
             elif now >= self.deadline:
-                self.stop_reason = Reason.DEADLINE
+                self.stop_reason = _REASON_DEADLINE
             elif not self.replayable:
-                self.stop_reason = Reason.BUFFER_EXCEEDED
+                self.stop_reason = _REASON_BUFFER_EXCEEDED
             elif self.throttle is not None and not self.throttle.acquire(now):
-                self.stop_reason = Reason.THROTTLED
+                self.stop_reason = _REASON_THROTTLED
             elif (
                 self._send(now, out, hedge=len(self.attempts))
                 and len(self.attempts) < self.max_attempts
@@ -497,14 +511,14 @@ class Call:
     def _finish_if_idle(self, out: list[Command]) -> None:
         """Hedging: nothing is out and nothing more will go, so the last result is the answer."""
         if not self.finished and self.inflight == 0 and self.hedge_at == INF and self.retry_at == INF:
-            self._finish(self.stop_reason or Reason.ATTEMPTS_EXHAUSTED, out)
+            self._finish(self.stop_reason or _REASON_ATTEMPTS_EXHAUSTED, out)
 
     # -- shared machinery -----------------------------------------------------------------------------
     def _send(self, now: float, out: list[Command], hedge: int) -> bool:
         tried = [a.endpoint for a in self.attempts] if self.attempts else ()
         endpoint = self.picker.pick(now, self.rand, self.candidates, tried, self.deprioritized or ())
         if endpoint is None:
-            self._finish(Reason.NO_ENDPOINT, out)
+            self._finish(_REASON_NO_ENDPOINT, out)
             return False
         remaining = self.deadline - now
         per_try = self.policy.per_try_timeout

@@ -28,11 +28,15 @@ from .metrics import Meters, Metrics
 from .tracing import PROPAGATOR, make_provider, tracer
 
 _EMPTY: Final[Mapping[str, str]] = {}
-#: Read on every request: constants, not attribute lookups on the enum (compiled).
+# Enum members as Final aliases, every one the code reads (the convention: sidecar/native.py).
 _THROTTLED: Final = Reason.THROTTLED
 _RETRY: Final = Reason.RETRY
 _TRANSPARENT_RETRY: Final = Reason.TRANSPARENT_RETRY
 _DEADLINE: Final = Reason.DEADLINE
+_PER_TRY_TIMEOUT: Final = Reason.PER_TRY_TIMEOUT
+_BUFFER_EXCEEDED: Final = Reason.BUFFER_EXCEEDED
+_SUCCESS: Final = OutcomeClass.SUCCESS
+_TIMEOUT: Final = OutcomeClass.TIMEOUT
 _perf_counter: Final = time.perf_counter
 
 
@@ -143,7 +147,7 @@ class RequestObserver(CallObserver):
         self.meters.buffer_exceeded += 1
         if self.span is not None:
             self.span.set_attribute("sidecar.buffer_exceeded", True)
-            self.span.set_attribute("sidecar.decision.reason", Reason.BUFFER_EXCEEDED.value)
+            self.span.set_attribute("sidecar.decision.reason", _BUFFER_EXCEEDED.value)
 
     def refused(self, refusal: Refusal) -> None:
         """Admission refused the request (the adapter answers it, then calls :meth:`end` with the error):
@@ -226,14 +230,14 @@ class RequestObserver(CallObserver):
             if outcome.pushback is not None:
                 pb = outcome.pushback.delay
                 span.set_attribute("sidecar.pushback_ms", -1 if pb is None else round(pb * 1000, 3))
-            if outcome.cls is not OutcomeClass.SUCCESS:
+            if outcome.cls is not _SUCCESS:
                 span.set_status(Status(StatusCode.ERROR, outcome.detail or outcome.cls.value))
 
     def attempt_cancelled(self, cmd: CancelAttempt) -> None:
-        if cmd.reason is Reason.DEADLINE:
+        if cmd.reason is _DEADLINE:
             self.meters.cancelled_by_deadline += 1
-        if cmd.reason is Reason.PER_TRY_TIMEOUT:
-            self.meters.attempt(OutcomeClass.TIMEOUT)  # its Decision follows
+        if cmd.reason is _PER_TRY_TIMEOUT:
+            self.meters.attempt(_TIMEOUT)  # its Decision follows
         else:
             self.meters.attempt("cancelled")
         spans = self.attempt_spans
@@ -241,8 +245,8 @@ class RequestObserver(CallObserver):
         if spans is None or span is None:
             return
         span.set_attribute("sidecar.cancelled", cmd.reason.value)
-        if cmd.reason is Reason.PER_TRY_TIMEOUT:
-            span.set_attribute("sidecar.outcome", OutcomeClass.TIMEOUT.value)
+        if cmd.reason is _PER_TRY_TIMEOUT:
+            span.set_attribute("sidecar.outcome", _TIMEOUT.value)
             span.set_status(Status(StatusCode.ERROR, "per-try timeout"))
         else:
             del spans[cmd.attempt]
@@ -275,5 +279,5 @@ class RequestObserver(CallObserver):
         if self.span is not None:
             self.span.set_attribute("sidecar.attempts", f.attempts)
             self.span.set_attribute("sidecar.decision.reason", reason.value)
-            if reason is Reason.DEADLINE:
+            if reason is _DEADLINE:
                 self.span.set_attribute("cancelled_by_deadline", 1)

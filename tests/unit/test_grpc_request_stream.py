@@ -110,7 +110,7 @@ async def test_overflow_during_an_attempt_seals_and_trims() -> None:
     c.send(b"x" * 5, EOF)
     await t
     assert up.got == [b"123456", b"789012", b"xxxxx"]
-    assert s.messages == [] and s.size == 0  # nothing kept once sent
+    assert s.kept.pieces == [] and s.kept.size == 0  # nothing kept once sent
     s.close()
 
 
@@ -154,7 +154,7 @@ async def test_held_messages_count_against_the_shared_budget_and_reading_stops_w
     assert budget.used == 1200 and c1.reads == 2  # over by the message in hand, then no more reading
     c2.send(b"d" * 10)
     await settle()
-    assert c2.reads == 0 and s2.size == 0  # another call waits as well
+    assert c2.reads == 0 and s2.kept.size == 0  # another call waits as well
     s1.close()  # the first call ends: its bytes go back, the second reads on
     await settle()
     assert c2.reads == 1 and budget.used == 10

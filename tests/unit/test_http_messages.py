@@ -173,7 +173,7 @@ def test_replay_buffer_overflow_is_reported_once_and_the_body_let_go() -> None:
     body.feed(b"abc")
     body.feed(b"de")
     body.feed(b"f")
-    assert overflows == [1] and not body.replayable and body.chunks == []
+    assert overflows == [1] and not body.replayable and body.kept.pieces == []
     assert sink.data == b"abcdef"
     try:
         body.attach(Sink())
@@ -214,7 +214,7 @@ def test_kept_chunks_count_against_the_shared_budget_and_reading_waits_for_room(
     assert budget.used == 50 and not ctl2.paused
     two.end()
     two.release()
-    assert budget.used == 0 and two.chunks == []
+    assert budget.used == 0 and two.kept.pieces == []
 
 
 def test_content_length_reads_digits_like_int() -> None:
@@ -225,3 +225,19 @@ def test_content_length_reads_digits_like_int() -> None:
     for bad in (b"", b"1x", b" "):
         with pytest.raises(ValueError):
             content_length(bad)
+
+
+def test_body_framing_one_rule_for_requests_and_responses() -> None:
+    from sidecar.adapters.http.headers import CHUNKED, NOT_CHUNKED, UNSTATED, body_framing
+
+    def framing(*pairs: tuple[bytes, bytes]) -> int:
+        return body_framing(header_list(pairs))
+
+    assert framing((b"Host", b"a")) == UNSTATED
+    assert framing((b"Content-Length", b"12")) == 12
+    assert framing((b"Content-Length", b"0")) == 0
+    assert framing((b"Transfer-Encoding", b"gzip, Chunked")) == CHUNKED
+    assert framing((b"Transfer-Encoding", b"gzip"), (b"Transfer-Encoding", b"chunked")) == CHUNKED
+    assert framing((b"Content-Length", b"5"), (b"Transfer-Encoding", b"chunked")) == CHUNKED  # TE wins
+    assert framing((b"Transfer-Encoding", b"xchunked")) == NOT_CHUNKED  # not "contains chunked"
+    assert framing((b"Transfer-Encoding", b"chunked, gzip")) == NOT_CHUNKED  # chunked must be last

@@ -6,7 +6,8 @@ messages, then half-closes once the client did. Nothing waits for more of the re
 client that sends one message and waits for the answer (interactive bidi calls), or sends none until the
 server speaks, is forwarded at once.
 
-While the stream is replayable it is held whole, up to ``limit`` bytes. When it outgrows the limit while an
+The messages are kept in the adapters' shared :class:`~sidecar.adapters.replay.ReplayBuffer` (positions:
+the n-th message has position n). While the stream is replayable it is held whole, up to ``limit`` bytes. When it outgrows the limit while an
 attempt is sending it, it is sealed (``on_overflow``: the engine hears ``buffer_exceeded``): no further attempt
 may start, and messages are dropped once every live writer has sent them. A commit seals it too. While no
 attempt is out (a backoff wait), the pump stops reading rather than overflow, so the next attempt still has
@@ -32,6 +33,7 @@ from typing import Any
 import grpc
 
 from ...buffer_budget import BufferBudget
+from ..replay import ReplayBuffer
 
 log = logging.getLogger("sidecar.grpc")
 
@@ -59,19 +61,18 @@ class RequestStream:
         self._read = read
         self._budget = budget
         self._ticket: int | None = None  # waiting for the budget to have room
-        self.limit = limit
-        self.messages: list[bytes] = []
-        self.first = 0  # stream index of messages[0]
-        self.size = 0
-        self.count = 0
+        self.kept = ReplayBuffer(limit, budget=budget)
         self.eof = False
-        self.replayable = True
         self.overflowed = False
         self._on_seal = on_seal
         self._on_complete = on_complete
         self._writers: dict[int, _Writer] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._pump: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(self._run_pump())
+
+    @property
+    def replayable(self) -> bool:
+        return self.kept.replayable
 
     # -- the pump: client -> buffer --------------------------------------------------------------------
     async def _run_pump(self) -> None:
@@ -90,11 +91,7 @@ class RequestStream:
             self._append(msg)
 
     def _append(self, msg: bytes) -> None:
-        self.messages.append(msg)
-        self.size += len(msg)
-        if self._budget is not None:
-            self._budget.charge(len(msg))
-        self.count += 1
+        self.kept.add(msg)
         self._check_overflow()
         self._changed()
 
@@ -104,12 +101,13 @@ class RequestStream:
             if self._ticket is None:
                 self._ticket = budget.wait(0, self._budget_room)
             return False
-        if self.replayable:
-            return self.size <= self.limit  # over it with no attempt out: wait for one (then seal)
-        return self.size < self.limit
+        kept = self.kept
+        if kept.replayable:
+            return not kept.over_limit()  # over it with no attempt out: wait for one (then seal)
+        return kept.size < kept.limit
 
     def _check_overflow(self) -> None:
-        if self.replayable and self.size > self.limit and self._writers:
+        if self.kept.replayable and self.kept.over_limit() and self._writers:
             self.overflowed = True
             self.seal()
             for w in list(self._writers.values())[:1]:
@@ -117,9 +115,8 @@ class RequestStream:
 
     def seal(self) -> None:
         """No attempt will start after the ones out now (a commit, or the buffer overflowed)."""
-        if not self.replayable:
+        if not self.kept.seal():
             return
-        self.replayable = False
         if self._on_seal is not None:
             self._on_seal(self.overflowed)
         self._trim()
@@ -134,17 +131,16 @@ class RequestStream:
         on_overflow: Callable[[], None],
     ) -> None:
         """Send the whole request to one attempt: what is buffered, then live messages, then half-close."""
-        if self.first > 0:
-            raise RuntimeError("request stream already trimmed: this attempt cannot replay it")
+        kept = self.kept
+        kept.check_whole("the request stream")
         w = self._writers[attempt] = _Writer(0, on_overflow)
         self._check_overflow()
         try:
             while True:
-                while w.position < self.first + len(self.messages):
-                    msg = self.messages[w.position - self.first]
-                    await write(msg)
+                while w.position < kept.end:
+                    await write(kept.at(w.position))
                     w.position += 1
-                    if not self.replayable:
+                    if not kept.replayable:
                         self._trim()
                 if self.eof:
                     await done_writing()
@@ -155,19 +151,15 @@ class RequestStream:
                 await self._wait()
         finally:
             self._writers.pop(attempt, None)
-            if not self.replayable:
+            if not kept.replayable:
                 self._trim()
 
     def _trim(self) -> None:
-        low = min((w.position for w in self._writers.values()), default=self.first + len(self.messages))
-        drop = low - self.first
-        if drop > 0:
-            dropped = sum(len(m) for m in self.messages[:drop])
-            self.size -= dropped
-            del self.messages[:drop]
-            if self._budget is not None:
-                self._budget.release(dropped)
-            self.first = low
+        """Sealed: let go of what every writer has sent."""
+        kept = self.kept
+        low = min((w.position for w in self._writers.values()), default=kept.end)
+        if low > kept.first:
+            kept.trim(low)
             self._changed()
 
     # -- plumbing --------------------------------------------------------------------------------------
@@ -194,10 +186,7 @@ class RequestStream:
         if self._pump is not None:
             self._pump.cancel()
         self._changed()
-        self.messages.clear()
-        if self._budget is not None:
-            if self._ticket is not None:
-                self._budget.cancel(self._ticket)
-                self._ticket = None
-            self._budget.release(self.size)
-        self.size = 0
+        if self._budget is not None and self._ticket is not None:
+            self._budget.cancel(self._ticket)
+            self._ticket = None
+        self.kept.let_go()

@@ -13,15 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from enum import IntEnum
 from typing import Final
 
 import httptools
 from mypy_extensions import mypyc_attr
 
 from ...buffer_budget import BufferBudget
+from ..transitions import InvalidTransition
 from . import methods
 from .answer import encode, text
-from .headers import STRIDE, VALUE, add_header, content_length
+from .headers import NOT_CHUNKED, STRIDE, UNSTATED, VALUE, add_header, body_framing
 from .replay import RequestBody
 from .request import ClientConnection, Forwarder, Forwarding, IncomingRequest, refused
 from .upstream import UpstreamResponse
@@ -33,8 +35,45 @@ PIPELINE_DEPTH: Final = 16
 CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
-class _HeadTooLarge(Exception):
-    pass
+class _Refused(Exception):
+    """Raised in a parser callback: answer ``status`` with ``message`` before anything goes upstream."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class State(IntEnum):
+    """Where a client connection is in its life (``ServerConnection.state``; only the connection changes it).
+
+    ::
+
+        IDLE ──start──► BUSY ──answered──► IDLE         keep-alive: on to the next request
+          │               │
+          │ close_after   │ close_after                  Connection: close, a refusal, a drain, the client's EOF
+          ▼               ▼
+        CLOSING ◄─answered─ LAST                          answer what is queued (start: CLOSING -> LAST), then
+          │                                               close the transport
+          ▼
+        CLOSED   (from any state, when the transport is lost)
+    """
+
+    IDLE = 0  # open, no request being answered: reading the next
+    BUSY = 1  # answering the request at the head of the queue
+    LAST = 2  # answering, and closing once what is queued is answered
+    CLOSING = 3  # nothing being answered; what is queued is answered, then the transport closes
+    CLOSED = 4  # the transport is gone: nothing is read or written
+
+
+# The state is held as a plain int compared with Final literals (compiled, a C int compare; see
+# sidecar/native.py); ``State(conn.state)`` names it.
+_IDLE: Final = 0
+_BUSY: Final = 1
+_LAST: Final = 2
+_CLOSING: Final = 3
+_CLOSED: Final = 4
+assert tuple(State) == (_IDLE, _BUSY, _LAST, _CLOSING, _CLOSED)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -68,11 +107,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         "parser",
         "current",
         "queue",
+        "state",
         "active",
         "in_next",
-        "busy",
-        "closing",
-        "closed",
         "client_ip",
         "read_paused_by",
         "streaming",
@@ -96,11 +133,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.parser = httptools.HttpRequestParser(self)
         self.current: IncomingRequest | None = None  # being parsed
         self.queue: deque[IncomingRequest] = deque()  # parsed, waiting to be (or being) answered
+        self.state: int = _IDLE  # changed only through the transitions below
         self.active: Forwarding | None = None  # the request being answered (queue[0])
         self.in_next = False
-        self.busy = False  # a request is being answered
-        self.closing = False  # answer what is queued, then close
-        self.closed = False
         self.client_ip = b""  # for X-Forwarded-For, encoded once per connection
         self.read_paused_by: set[str] = set()
         self.streaming: UpstreamResponse | None = None
@@ -114,6 +149,47 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.held = b""  # the start of an extension method, until its end arrives
         self.ext_method = b""  # the client's method, when the parser was given a stand-in
 
+    # -- the state (see State) -------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        """Is a request being answered?"""
+        return _BUSY <= self.state <= _LAST
+
+    @property
+    def closed(self) -> bool:
+        return self.state == _CLOSED
+
+    # Inline on the hot path (a call costs more than the compare): ``self.state <= _BUSY``, open (neither
+    # closing nor closed); ``self.state == _IDLE or self.state == _CLOSING``, free to start the next request.
+
+    def _start(self) -> None:
+        """The request at the head of the queue is being answered."""
+        state = self.state
+        if state == _IDLE:
+            self.state = _BUSY
+        elif state == _CLOSING:
+            self.state = _LAST
+        else:
+            raise InvalidTransition("client connection", State(state).name.lower(), "start answering")
+
+    def _answered(self) -> None:
+        """The request being answered is done with (answered or given up)."""
+        state = self.state
+        if state == _BUSY:
+            self.state = _IDLE
+        elif state == _LAST:
+            self.state = _CLOSING
+        elif state != _CLOSED:  # a connection lost meanwhile has nothing left to answer
+            raise InvalidTransition("client connection", State(state).name.lower(), "answered")
+
+    def _close_after_queue(self) -> None:
+        """Answer what is queued, read nothing new, then close."""
+        state = self.state
+        if state == _BUSY:
+            self.state = _LAST
+        elif state == _IDLE:
+            self.state = _CLOSING
+
     # -- asyncio.Protocol ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -121,12 +197,11 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.client_ip = (peer[0] if peer else "").encode("latin-1")
         self.listener.connection_opened(self)
         if self.listener.stopping:
-            self.closing = True
-            transport.close()
+            self.close()
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = self.loop.time()
-        if self.closing and self.current is None:
+        if self.current is None and self.state > _BUSY:
             return  # after a refusal or during shutdown: nothing more is read
         if self.held:  # the start of an extension method (methods.py)
             data, self.held = self.held + data, b""
@@ -134,7 +209,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             self.at_boundary = self.current is None
             try:
                 self.parser.feed_data(data)
-                if self.queue and not self.busy:
+                if self.queue and (self.state == _IDLE or self.state == _CLOSING):
                     self._next()
                 return
             except httptools.HttpParserInvalidMethodError as e:
@@ -148,18 +223,16 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             except httptools.HttpParserUpgrade as e:
                 self._upgrade(data[e.args[0] :] if e.args else b"")
             except httptools.HttpParserCallbackError as e:
-                if isinstance(e.__context__, _HeadTooLarge):
-                    self._refuse(
-                        431,
-                        f"request head larger than max_header_size ({self.max_header_size} bytes)",
-                    )
+                refusal = e.__context__
+                if isinstance(refusal, _Refused):
+                    self._refuse(refusal.status, refusal.message)
                 else:
                     log.exception("HTTP request parsing failed in a callback")
                     self._refuse(400, "bad request")
             except httptools.HttpParserError as e:
                 self._refuse(400, f"malformed request: {e}")
             break
-        if self.queue and not self.busy:
+        if self.queue and (self.state == _IDLE or self.state == _CLOSING):
             self._next()
 
     def _extension_method(self, data: bytes) -> bytes | None:
@@ -192,13 +265,12 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             self.drop()
             return False
         if not queue:
-            self.closing = True
+            self._close_after_queue()
             return False
         return True  # keep the sending side open for the answers
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.closing = True
+        self.state = _CLOSED  # from any state
         self.listener.connection_closed(self)
         active, self.active = self.active, None
         self.streaming = self.stream_owner = None
@@ -209,7 +281,6 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
                 req.body.discard()
                 req.body.release()
         self.queue.clear()
-        self.busy = False
         self.listener.connection_idle(self)
 
     def pause_writing(self) -> None:
@@ -233,7 +304,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         req.url += url
         req.head_size += len(url)
         if req.head_size > self.max_header_size:
-            raise _HeadTooLarge
+            raise self._head_too_large()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         req = self.current
@@ -243,7 +314,10 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         add_header(req.headers, name, value)
         req.head_size += len(name) + len(value) + 4
         if req.head_size > self.max_header_size:
-            raise _HeadTooLarge
+            raise self._head_too_large()
+
+    def _head_too_large(self) -> _Refused:
+        return _Refused(431, f"request head larger than max_header_size ({self.max_header_size} bytes)")
 
     def on_headers_complete(self) -> None:
         req = self.current
@@ -255,20 +329,22 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         req.method = method
         req.head_request = method == b"HEAD"
         req.keep_alive = keep_alive = p.should_keep_alive()
-        length: int | None = 0
+        headers = req.headers
+        framing = body_framing(headers)
+        if framing == NOT_CHUNKED:  # RFC 9112 6.3: the body's end cannot be known
+            te = b", ".join(
+                headers[i + VALUE]
+                for i in range(0, len(headers), STRIDE)
+                if headers[i] == b"transfer-encoding"
+            )
+            raise _Refused(400, f"Transfer-Encoding must end in chunked, not {te.decode('latin-1')!r}")
+        length: int | None = framing if framing >= 0 else 0 if framing == UNSTATED else None  # None: chunked
+        req.zero_length = framing == 0  # RFC 9112 6.3: kept, some servers (nginx) want a length
         expect = False
         connection = False
-        headers = req.headers
         for i in range(0, len(headers), STRIDE):
             n = headers[i]
-            if n == b"content-length":
-                length = content_length(headers[i + VALUE])
-                if length == 0:
-                    req.zero_length = True  # RFC 9112 6.3: kept, some servers (nginx) want a length
-            elif n == b"transfer-encoding":
-                if b"chunked" in headers[i + VALUE].lower():
-                    length = None
-            elif n == b"expect":
+            if n == b"expect":
                 expect = headers[i + VALUE].strip().lower() == b"100-continue"
             elif n == b"connection":
                 connection = True
@@ -298,16 +374,27 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
 
     # -- errors in the client's bytes ------------------------------------------------------------------
     def _refuse(self, status: int, message: str) -> None:
-        """Answer ``status`` after what is queued, then close; read nothing more."""
+        """Answer ``status`` after what is queued, then close; read nothing more. Nothing of the refused
+        request completes upstream: if its head was fine and its body broke (a malformed chunk header, a
+        Content-Length trailer) the parser stopped before the body's end."""
         req = self.current
         self.current = None
-        self.closing = True
+        self._close_after_queue()
         self.pause_for("refused")
-        self.listener.refused(status)
         if req is not None and req in self.queue:
-            # The head was fine and forwarding began; its body is broken: nothing sane can follow.
-            self.drop()
-            return
+            active = self.active
+            if active is not None and active.req is req:  # forwarding began: its attempts end, it answers
+                if not active.refuse_body(status, message):
+                    self.drop()  # its answer is already on its way: nothing sane can follow
+                return
+            if req is not self.queue[0] or not self.busy:  # queued, not begun: refused in its place
+                self.queue.remove(req)
+                if req.body is not None:
+                    req.body.discard()
+            else:
+                self.drop()
+                return
+        self.listener.refused(status)
         self._enqueue(refused(self.loop.time(), status, message))
         if not self.busy:
             self._next()
@@ -319,7 +406,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
                 req.refusal = (405, "CONNECT tunnels are not supported")
                 req.keep_alive = False
                 self.listener.refused(405)
-            self.closing = True
+            self._close_after_queue()
             self.pause_for("refused")
             return
         # An Upgrade request (e.g. WebSocket) is forwarded as a plain request (Upgrade is hop-by-hop).
@@ -329,20 +416,20 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
 
     def drop(self) -> None:
         """Drop the connection at once (its client sees a reset)."""
-        self.closing = True
+        self._close_after_queue()
         if self.transport is not None:
             self.transport.abort()
 
     # -- flow control (replay.ReadControl) -------------------------------------------------------------
     def pause_for(self, why: str) -> None:
-        if not self.read_paused_by and self.transport is not None and not self.closed:
+        if not self.read_paused_by and self.transport is not None and self.state != _CLOSED:
             self.transport.pause_reading()
         self.read_paused_by.add(why)
 
     def resume_for(self, why: str) -> None:
         if why in self.read_paused_by:
             self.read_paused_by.discard(why)
-            if not self.read_paused_by and self.transport is not None and not self.closed:
+            if not self.read_paused_by and self.transport is not None and self.state != _CLOSED:
                 self.transport.resume_reading()
 
     def pause_body(self) -> None:
@@ -358,7 +445,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.resume_for("budget")
 
     def send_continue(self) -> None:
-        if not self.closed:
+        if self.state != _CLOSED:
             self.transport.write(CONTINUE)  # type: ignore[union-attr]
 
     # -- answering -------------------------------------------------------------------------------------
@@ -373,9 +460,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.in_next = True
         try:
             queue = self.queue
-            while queue and not self.busy and not self.closed:
+            while queue and (self.state == _IDLE or self.state == _CLOSING):
                 req = queue[0]
-                self.busy = True
+                self._start()
                 if req.refusal is not None:
                     status, message = req.refusal
                     self.write(encode(text(status, message), keep_alive=False))
@@ -387,24 +474,24 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
                     log.exception("answering a request failed")
                     self.abort_request(req)
                     break
-            if not queue and (self.closing or self.eof) and not self.closed:
+            if not queue and (self.eof or self.state > _BUSY) and self.state != _CLOSED:
                 self.close()
         finally:
             self.in_next = False
-        if not self.busy:
+        if self.state != _BUSY and self.state != _LAST:
             self.listener.connection_idle(self)
 
     def request_done(self, req: IncomingRequest) -> None:
         """``req`` is answered (or given up): on to the next one, or close."""
         if req.body is not None:
             req.body.release()
-        if self.closed:
+        if self.state == _CLOSED:
             return
         self.active = None
         queue = self.queue
         if queue and queue[0] is req:
             queue.popleft()
-        self.busy = False
+        self._answered()
         if self.read_paused_by and len(queue) <= PIPELINE_DEPTH:
             self.resume_for("pipeline")
         if not self.keep_alive_after(req):
@@ -417,18 +504,23 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def abort_request(self, req: IncomingRequest) -> None:
         """Something went wrong answering ``req``: drop the connection (its client sees it closed)."""
         self.active = None
-        self.busy = False
+        self._answered()
         self.drop()
 
     def answering(self, fwd: Forwarding) -> None:
         self.active = fwd
 
     def close_after_answer(self) -> None:
-        self.closing = True
+        self._close_after_queue()
 
-    def sweep(self, now: float, idle_timeout: float, body_timeout: float) -> None:
-        """The listener's periodic look: a stalled request body, a head or an idle connection past its time,
-        an upstream response that stopped coming."""
+    def sweep(self, now: float, header_timeout: float, idle_timeout: float, body_timeout: float) -> None:
+        """The listener's periodic look: a head not complete within header_timeout, a stalled request body,
+        an idle connection past its time, an upstream response that stopped coming."""
+        current = self.current
+        if current is not None and not self.in_body and now - current.began > header_timeout:
+            # counted from the head's first byte: bytes trickling in do not extend it (the idle timer)
+            self._refuse(408, f"request head not received within header_timeout ({header_timeout:g}s)")
+            return
         idle = now - self.last_activity
         active = self.active
         # a body stalled by the client (not by the sidecar's own flow control: reading paused; but a body
@@ -457,21 +549,21 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def keep_alive_after(self, req: IncomingRequest) -> bool:
         """May this connection carry another request after ``req``'s answer?"""
         body = req.body
-        return req.keep_alive and not self.closing and (body is None or body.complete)
+        return req.keep_alive and self.state <= _BUSY and (body is None or body.complete)
 
     def write(self, data: bytes) -> None:
-        if not self.closed:
+        if self.state != _CLOSED:
             self.transport.write(data)  # type: ignore[union-attr]
 
     def close(self) -> None:
-        self.closing = True
-        if self.transport is not None and not self.closed:
+        self._close_after_queue()
+        if self.transport is not None and self.state != _CLOSED:
             self.transport.close()
 
     # -- the response pipe (upstream.Pipe) -------------------------------------------------------------
     def stream(self, resp: UpstreamResponse, chunked: bool, owner: Forwarding) -> None:
         """Write ``resp``'s body as it comes; ``owner.stream_over(resp, ok)`` follows."""
-        if self.closed:
+        if self.state == _CLOSED:
             owner.stream_over(resp, False)
             return
         self.streaming = resp
@@ -484,7 +576,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             resp.resume_upstream()
 
     def data(self, chunk: bytes) -> None:
-        if self.closed:
+        if self.state == _CLOSED:
             return
         self.last_activity = self.loop.time()
         if self.stream_chunked:
@@ -493,7 +585,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             self.transport.write(chunk)  # type: ignore[union-attr]
 
     def end(self) -> None:
-        if self.stream_chunked and not self.closed:
+        if self.stream_chunked and self.state != _CLOSED:
             self.transport.write(b"0\r\n\r\n")  # type: ignore[union-attr]
         self._stream_over(True)
 

@@ -80,6 +80,38 @@ def content_length(value: bytes) -> int:
     return n if value else int(value)
 
 
+#: ``body_framing``: the body is chunked (Transfer-Encoding's last coding is ``chunked``).
+CHUNKED: Final = -1
+#: ``body_framing``: neither Content-Length nor Transfer-Encoding (a request has no body; a response's body
+#: runs to the connection's close).
+UNSTATED: Final = -2
+#: ``body_framing``: a Transfer-Encoding whose last coding is not ``chunked`` (RFC 9112 6.3: a request is
+#: refused with 400; a response's body runs to the connection's close).
+NOT_CHUNKED: Final = -3
+
+
+class BadRequest(Exception):
+    """A request head that must not be forwarded (answered 400 with this message)."""
+
+
+def body_framing(headers: Headers) -> int:
+    """How a message's head frames its body (RFC 9112 6.3): its Content-Length (>= 0), or ``CHUNKED``,
+    ``UNSTATED``, ``NOT_CHUNKED``. A Transfer-Encoding overrides a Content-Length; the last coding of the
+    last Transfer-Encoding line decides. The one scan for requests (connection.py) and responses
+    (upstream.py)."""
+    length = UNSTATED
+    te: bytes | None = None
+    for i in range(0, len(headers), STRIDE):
+        n = headers[i]
+        if n == b"content-length":
+            length = content_length(headers[i + VALUE])
+        elif n == b"transfer-encoding":
+            te = headers[i + VALUE]
+    if te is None:
+        return length
+    return CHUNKED if te.rpartition(b",")[2].strip().lower() == b"chunked" else NOT_CHUNKED
+
+
 def _line(lines: list[bytes], name: bytes, value: bytes) -> None:
     """Add ``name: value\\r\\n`` to ``lines`` (appends: compiled, cheaper than extending by a new tuple)."""
     lines.append(name)
@@ -206,8 +238,9 @@ def request_head(
         value = headers[i + VALUE]
         if low in drop:
             if low == b"host":
-                if client_host is None:
-                    client_host = value
+                if client_host is not None:  # RFC 9112 3.2: which one would the upstream believe?
+                    raise BadRequest("more than one Host header")
+                client_host = value
             elif low == deadline_header:
                 deadline = value
             elif low == b"x-forwarded-for":

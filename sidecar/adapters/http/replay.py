@@ -1,10 +1,11 @@
 """The request body on its way from the client to the attempts: streamed, and kept for replay.
 
-Chunks are pushed to every attempt sending the body as they arrive (no copy, no task), and kept so that a
-retry or hedge can send them again, up to ``limit`` bytes (the policy's ``replay_buffer``). Past the limit
-the body is no longer replayable: the hook ``on_overflow`` tells the engine (``buffer-exceeded``), the
-attempt in flight keeps streaming, and what it has sent is let go. A body whose declared length is over the
-limit is not replayable from the start.
+Chunks are pushed to every attempt sending the body as they arrive (no copy, no task), and kept in the
+adapters' shared :class:`~sidecar.adapters.replay.ReplayBuffer` so that a retry or hedge can send them
+again, up to ``limit`` bytes (the policy's ``replay_buffer``). Past the limit the body is no longer
+replayable: the hook ``on_overflow`` tells the engine (``buffer-exceeded``), the attempt in flight keeps
+streaming, and what it has sent is let go. A body whose declared length is over the limit is not replayable
+from the start.
 
 Flow control: reading from the client pauses while an attempt's upstream socket is backed up, or while
 more than ``WATERMARK`` bytes wait with no attempt to take them (before connecting, during a backoff), or
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from typing import Final, Protocol
 
 from ...buffer_budget import BufferBudget
+from ..replay import ReplayBuffer
 
 WATERMARK: Final = 256 * 1024
 
@@ -37,18 +39,14 @@ class ReadControl(Protocol):
 
 class RequestBody:
     __slots__ = (
-        "limit",
         "length",
         "chunked",
-        "chunks",
-        "received",
+        "kept",
         "complete",
-        "replayable",
         "sinks",
         "paused_sinks",
         "pending",
         "attached",
-        "dropped",
         "discarding",
         "pausing",
         "control",
@@ -56,7 +54,6 @@ class RequestBody:
         "on_first_attach",
         "on_complete",
         "budget",
-        "charged",
         "ticket",
         "starving",
     )
@@ -64,21 +61,16 @@ class RequestBody:
     def __init__(self, length: int | None, limit: int, control: ReadControl, budget: BufferBudget) -> None:
         """``length``: the declared ``Content-Length``, ``None`` when chunked."""
         self.budget = budget
-        self.charged = 0  # bytes of ``chunks`` counted in the budget
         self.ticket = 0  # waiting for room in the budget (0: not)
         self.starving = False  # reading paused until the budget has room
-        self.limit = limit
         self.length = length
         self.chunked = length is None
-        self.chunks: list[bytes] = []
-        self.received = 0
+        self.kept = ReplayBuffer(limit, replayable=length is None or length <= limit, budget=budget)
         self.complete = False
-        self.replayable = length is None or length <= limit
         self.sinks: list[BodySink] = []
         self.paused_sinks: set[int] = set()
         self.pending = 0  # bytes received that no attempt has taken yet
         self.attached = False
-        self.dropped = False
         self.discarding = False
         self.pausing = False
         self.control = control
@@ -86,32 +78,35 @@ class RequestBody:
         self.on_first_attach: Callable[[], None] | None = None
         self.on_complete: Callable[[], None] | None = None  # the whole body arrived (and went to the sinks)
 
+    @property
+    def replayable(self) -> bool:
+        return self.kept.replayable
+
+    @property
+    def dropped(self) -> bool:
+        """Some of the body was let go: it cannot be sent from its start again."""
+        return not self.kept.whole
+
     def restrict(self, limit: int) -> None:
         """Apply the route's own replay limit (the body began to arrive before the route was known)."""
-        self.limit = limit
-        if self.replayable and ((self.length is not None and self.length > limit) or self.received > limit):
-            self.replayable = False
+        kept = self.kept
+        kept.restrict(limit)
+        if self.length is not None and self.length > limit:
+            kept.seal()
 
     # -- from the client side ------------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
         if self.discarding or not data:
             return
-        self.received += len(data)
+        kept = self.kept
         for s in self.sinks:
             s.body_data(data)
-        if self.replayable and self.received > self.limit:
-            self.replayable = False
+        if kept.replayable and kept.received + len(data) > kept.limit:
+            kept.seal()
             if self.on_overflow is not None:
                 self.on_overflow()
-        if self.replayable or not self.attached:
-            self.chunks.append(data)
-            self.charged += len(data)
-            self.budget.charge(len(data))
-        elif self.chunks:
-            self._let_go()
-            self.dropped = True
-        else:
-            self.dropped = True
+        # kept while replayable, and until the first attempt takes it; past the limit, let go
+        kept.add(data, keep=kept.replayable or not self.attached)
         if not self.sinks:
             self.pending += len(data)
         self._flow()
@@ -130,7 +125,7 @@ class RequestBody:
     def discard(self) -> None:
         """The request is over (answered without its whole body): drop what comes, stop holding back."""
         self.discarding = True
-        self._let_go()
+        self.kept.let_go()
         self.sinks.clear()
         self.paused_sinks.clear()
         self.pending = 0
@@ -139,17 +134,16 @@ class RequestBody:
     # -- from the attempts ---------------------------------------------------------------------------
     def attach(self, sink: BodySink) -> None:
         """Send the body to ``sink``: what has arrived now, the rest as it comes."""
-        if self.dropped:
-            raise RuntimeError("the request body was not kept: it cannot be sent again")
+        kept = self.kept
+        kept.check_whole("the request body")
         if not self.attached:
             self.attached = True
             if self.on_first_attach is not None:
                 self.on_first_attach()
-        for c in self.chunks:
+        for c in kept.pieces:
             sink.body_data(c)
-        if not self.replayable:
-            self._let_go()
-            self.dropped = self.received > 0
+        if not kept.replayable:
+            kept.let_go()  # this attempt has it all; no other will
         if self.complete:
             sink.body_end()
         else:
@@ -173,19 +167,13 @@ class RequestBody:
 
     def release(self) -> None:
         """The request is over: its kept chunks go, and so does their share of the budget."""
-        self._let_go()
+        self.kept.let_go()
         if self.ticket:
             self.budget.cancel(self.ticket)
             self.ticket = 0
         if self.starving:
             self.starving = False
             self.control.resume_budget()
-
-    def _let_go(self) -> None:
-        self.chunks.clear()
-        if self.charged:
-            charged, self.charged = self.charged, 0
-            self.budget.release(charged)
 
     def _budget_room(self) -> None:
         self.ticket = 0

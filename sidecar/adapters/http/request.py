@@ -42,15 +42,15 @@ from ...timers import TimerEntry, Timers, timers_for
 from .answer import Answer, encode, for_finish, text
 from .answer import refused as refusal_answer
 from .attempt import Attempter
-from .headers import Headers, find_header, request_head, response_head
+from .headers import BadRequest, Headers, find_header, request_head, response_head
 from .plan import Plan
 from .replay import RequestBody
-from .routing import Router, Target, split_host
+from .routing import Router, Target, split_host, valid_host
 from .upstream import Pool, UpstreamResponse
 
 log: Final = logging.getLogger("sidecar.http")
 _LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
-_CANCELLED: Final = Reason.CANCELLED  # constants: compiled, an enum member is an attribute lookup
+_CANCELLED: Final = Reason.CANCELLED  # enum members as Final aliases (the convention: sidecar/native.py)
 _DEADLINE: Final = Reason.DEADLINE
 _METHODS: Final = {
     m: m.decode() for m in (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE")
@@ -234,18 +234,22 @@ class Forwarder:
             plan = self.plans.get(id(target)) or self.plan(target)
             self._last_target, self._last_plan = target, plan
         body = req.body
-        rh = request_head(
-            req.method,
-            target_url,
-            req.headers,
-            client_ip=conn.client_ip,
-            deadline_header=plan.deadline_lname,
-            body_length=(0 if req.zero_length else None) if body is None else body.length,
-            chunked=body is not None and body.chunked,
-            authority=authority,
-            is_self=self.is_self,
-            replace_trace=self.tracing,
-        )
+        try:
+            rh = request_head(
+                req.method,
+                target_url,
+                req.headers,
+                client_ip=conn.client_ip,
+                deadline_header=plan.deadline_lname,
+                body_length=(0 if req.zero_length else None) if body is None else body.length,
+                chunked=body is not None and body.chunked,
+                authority=authority,
+                is_self=self.is_self,
+                replace_trace=self.tracing,
+            )
+        except BadRequest as e:  # before anything went upstream; what follows on the connection is suspect
+            conn.close_after_answer()
+            return self._refuse(req, conn, 400, str(e))
         timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None  # the client's
         method = "GET" if req.method == b"GET" else _METHODS.get(req.method) or req.method.decode("latin-1")
         attrs: dict[str, str | int] | None = None
@@ -356,7 +360,10 @@ class Forwarder:
         name instead; any other Host (a virtual host the app means) is passed on."""
         known = self._self_hosts.get(host)
         if known is None:
-            h, port = split_host(host.decode("latin-1"))
+            value = host.decode("latin-1")
+            if not valid_host(value):
+                raise BadRequest(f"malformed Host header: {value!r}")
+            h, port = split_host(value)
             known = (
                 h in _LOOPBACK or h == self.host.lower() and port in (None, self.port)
             )
@@ -391,7 +398,7 @@ class Forwarding(CallOwner):
         "attempter",
         "driver",
         "response",
-        "stalled",
+        "refusal",
         "door",
         "wait",
         "wake",
@@ -414,7 +421,7 @@ class Forwarding(CallOwner):
         self.attempter = attempter
         self.driver: Driver | None = None
         self.response: UpstreamResponse | None = None  # being streamed to the client
-        self.stalled = 0.0  # the request body stalled for this many seconds: answered 408
+        self.refusal: tuple[int, str] | None = None  # the body stalled or broke: answered this, then closed
         # admission: queued for a token until ``wait.at`` (the driver not started yet)
         self.door: Door | None = None
         self.wait: Wait | None = None
@@ -475,21 +482,23 @@ class Forwarding(CallOwner):
     def body_stalled(self, timeout: float) -> None:
         """Nothing of the request body came for ``request_body_timeout``: abandon the attempts, answer 408,
         close (the rest of the body will not be read)."""
-        if self._leave_queue():
-            why = f"request body stalled for request_body_timeout ({timeout:g}s)"
-            self.forwarder.rejected.reject("408")
-            self.conn.close_after_answer()
-            write_answer(self.req, self.conn, text(408, why))
-            self.obs.set_attribute("http.response.status_code", 408)
-            self.obs.end(why)
-            self._over()
-            return
+        if not self.refuse_body(408, f"request body stalled for request_body_timeout ({timeout:g}s)"):
+            self.conn.close()  # answered already: the connection cannot carry another request
+
+    def refuse_body(self, status: int, why: str) -> bool:
+        """The request body stalled or broke its framing: abandon the attempts (an upstream never sees the
+        request complete), or leave the door's queue, answer ``status``, close. False: too late, the answer
+        is on its way."""
+        if self._leave_queue():  # still queued for admission: no driver yet, answered here
+            self.refusal = (status, why)
+            self._answer_refusal()
+            return True
         driver = self.driver
         if driver is None or driver.finish is not None:
-            self.conn.close()  # answered already: the connection cannot carry another request
-            return
-        self.stalled = timeout
-        driver.client_gone()  # -> finished(cancelled), answered 408 there
+            return False
+        self.refusal = (status, why)
+        driver.client_gone()  # -> finished(cancelled), answered there
+        return True
 
     def client_gone(self) -> None:
         """The client disconnected: stop the attempts, or the response being streamed."""
@@ -521,15 +530,10 @@ class Forwarding(CallOwner):
         if finish.reason is _CANCELLED:
             if payload is not None:
                 self.attempter.discard(payload)
-            if self.stalled:
-                why = f"request body stalled for request_body_timeout ({self.stalled:g}s)"
-                self.forwarder.rejected.reject("408")
-                conn.close_after_answer()
-                write_answer(req, conn, text(408, why))
-                obs.set_attribute("http.response.status_code", 408)
-                obs.end(why)
-            else:
-                obs.end("client went away")
+            if self.refusal is not None:
+                self._answer_refusal()
+                return
+            obs.end("client went away")
             self._over()
             return
         resp: UpstreamResponse | None = None
@@ -554,6 +558,18 @@ class Forwarding(CallOwner):
             return
         obs.set_attribute("http.response.status_code", resp.status)
         self._deliver(resp)
+
+    def _answer_refusal(self) -> None:
+        """Answer the body's refusal (``refuse_body``) and close the connection after it."""
+        refusal = self.refusal
+        assert refusal is not None
+        status, why = refusal
+        self.forwarder.rejected.reject(str(status))
+        self.conn.close_after_answer()
+        write_answer(self.req, self.conn, text(status, why))
+        self.obs.set_attribute("http.response.status_code", status)
+        self.obs.end(why)
+        self._over()
 
     def _refused(self, finish: Finish, refusal: Refusal) -> None:
         """The request ends on an attempt that got no ticket (``ticket_gate.py``): 503 and when to come back;

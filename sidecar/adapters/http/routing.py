@@ -46,6 +46,30 @@ class _Route:
         return host == self.host
 
 
+_REG_NAME: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~%!$&'()*+,;=")
+_IP_LITERAL: Final = _REG_NAME | {":"}
+
+
+def valid_host(value: str) -> bool:
+    """Is ``value`` a Host header's ``uri-host [":" port]`` (RFC 9110 7.2, RFC 3986 3.2.2)?"""
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0 or not all(c in _IP_LITERAL for c in value[1:end]):
+            return False
+        rest = value[end + 1 :]
+    else:
+        host, sep, port = value.rpartition(":")
+        if not sep:
+            host, port = value, ""
+        if not all(c in _REG_NAME for c in host):
+            return False
+        rest = sep + port
+    if not rest:
+        return True
+    port = rest[1:]
+    return rest[0] == ":" and (port == "" or (port.isascii() and port.isdigit() and int(port) <= 65535))
+
+
 def split_host(value: str) -> tuple[str, int | None]:
     """``"Orders:8080"`` -> ``("orders", 8080)``; ``"orders"`` -> ``("orders", None)``; ``[::1]:80`` too."""
     v = value.strip().lower()
@@ -57,7 +81,7 @@ def split_host(value: str) -> tuple[str, int | None]:
         host, sep, port_s = v.rpartition(":")
         if not sep or ":" in host:  # no port, or a bare IPv6 address
             host, port_s = v, ""
-    port = int(port_s) if port_s.isdigit() and len(port_s) <= 5 else None
+    port = int(port_s) if port_s.isascii() and port_s.isdigit() and len(port_s) <= 5 else None
     return host.rstrip("."), port
 
 

@@ -13,6 +13,7 @@ from ...config.units import split_host_port
 from ...door import Door
 from ...services import Services
 from ..acceptor import Acceptor
+from ..connections import Connections
 from .connection import ConnectionOwner, ServerConnection
 from .plan import DEFAULT_REPLAY_BUFFER
 from .request import Forwarder
@@ -31,11 +32,10 @@ class HttpListener(ConnectionOwner):
         self.services = services
         self.host, self.port = split_host_port(config.listen)
         self._address: tuple[str, int] = (self.host, self.port)
-        self.connections: set[ServerConnection] = set()
+        self.connections: Connections[ServerConnection] = Connections(config.name, log)
         self.stopping = False
         self.server: Acceptor | None = None
         self._sweeper: asyncio.TimerHandle | None = None
-        self._drained: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.forwarder = Forwarder(config, services)
         self.replay_limit = _replay_limit(config, services)
@@ -92,7 +92,7 @@ class HttpListener(ConnectionOwner):
         self.server = server
         self._address = tuple(server.sockets[0].getsockname()[:2])
         self.forwarder.bind(loop, self._address)
-        self._sweeper = loop.call_later(SWEEP_EVERY, self._sweep)
+        self._sweeper = loop.call_later(_sweep_every(self.config), self._sweep)
 
     async def stop(self, grace: float) -> None:
         """Stop accepting; answer what is in progress (for up to ``grace`` seconds); close everything."""
@@ -101,25 +101,7 @@ class HttpListener(ConnectionOwner):
             self.server.close()
         if self.gate is not None:
             self.gate.close()
-        for conn in list(self.connections):
-            conn.close_after_answer()
-            if not conn.busy:
-                conn.close()
-        busy = [c for c in self.connections if c.busy]
-        if busy and grace > 0:
-            self._drained = asyncio.Event()
-            try:
-                async with asyncio.timeout(grace):
-                    await self._drained.wait()
-            except TimeoutError:
-                log.warning(
-                    "listener %s: %d connection(s) still busy after %.1fs; closing",
-                    self.name,
-                    len(busy),
-                    grace,
-                )
-        for conn in list(self.connections):
-            conn.drop()
+        await self.connections.drain(grace)
         for pool in self.forwarder.all_pools():
             pool.close()
         if self._sweeper is not None:
@@ -140,8 +122,7 @@ class HttpListener(ConnectionOwner):
             self.server.room()
 
     def connection_idle(self, conn: ServerConnection) -> None:
-        if self._drained is not None and not any(c.busy for c in self.connections):
-            self._drained.set()
+        self.connections.idle(conn)
 
     def refused(self, status: int) -> None:
         self._rejected.reject(str(status))
@@ -150,13 +131,18 @@ class HttpListener(ConnectionOwner):
         loop = self.loop
         assert loop is not None
         now = loop.time()
-        idle_timeout = self.config.idle_timeout
-        body_timeout = self.config.request_body_timeout
-        for conn in list(self.connections):
-            conn.sweep(now, idle_timeout, body_timeout)
+        config = self.config
+        idle_timeout = config.idle_timeout
+        for conn in self.connections:
+            conn.sweep(now, config.header_timeout, idle_timeout, config.request_body_timeout)
         for pool in self.forwarder.all_pools():
             pool.sweep(now, min(POOL_IDLE_TIMEOUT, idle_timeout))
-        self._sweeper = loop.call_later(SWEEP_EVERY, self._sweep)
+        self._sweeper = loop.call_later(_sweep_every(config), self._sweep)
+
+
+def _sweep_every(config: HttpListenerConfig) -> float:
+    """Look often enough that a short header_timeout is kept to within half of itself."""
+    return min(SWEEP_EVERY, config.header_timeout / 2)
 
 
 def _replay_limit(config: HttpListenerConfig, services: Services) -> int:

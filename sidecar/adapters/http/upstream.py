@@ -26,12 +26,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from enum import IntEnum
 from typing import Final, Protocol
 
 import httptools
 from mypy_extensions import mypyc_attr
 
-from .headers import STRIDE, VALUE, Headers, add_header, content_length
+from ..transitions import InvalidTransition
+from .headers import CHUNKED, Headers, add_header, body_framing
 from .replay import RequestBody
 
 
@@ -160,6 +162,30 @@ class ConnectFailed(Exception):
         self.timeout = timeout
 
 
+class State(IntEnum):
+    """Where an upstream connection is in its life (``UpstreamConnection.state``; only the connection
+    changes it)::
+
+        IDLE ──start(body)──► SENDING ──body sent──► SENT ──exchange over, reusable──► IDLE (the pool)
+          └───start(no body)────────────────────────►┘
+        CLOSED   (from any state: aborted, lost, or an exchange that did not end cleanly)
+    """
+
+    IDLE = 0  # no exchange: in the pool, or just connected
+    SENDING = 1  # an exchange: the request body is still going out (the response may have begun)
+    SENT = 2  # an exchange: the request went out whole; its response is awaited or being read
+    CLOSED = 3  # aborted or lost: never used again
+
+
+# The state is held as a plain int compared with Final literals (compiled, a C int compare; see
+# sidecar/native.py); ``State(conn.state)`` names it.
+_IDLE: Final = 0
+_SENDING: Final = 1
+_SENT: Final = 2
+_CLOSED: Final = 3
+assert tuple(State) == (_IDLE, _SENDING, _SENT, _CLOSED)
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Exchange:
     """The owner of one request/response exchange on a connection (an attempt). A base class rather than a
@@ -178,7 +204,7 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         "transport",
         "parser",
         "parser_dirty",
-        "closed",
+        "state",
         "idle_since",
         "exchange",
         "to_report",
@@ -189,7 +215,6 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         "headers",
         "informational",
         "body",
-        "request_done",
         "cork",
         "attempt",
         "reading_paused",
@@ -201,7 +226,7 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.parser_dirty = False
-        self.closed = False
+        self.state: int = _IDLE  # changed only through the transitions below
         self.idle_since = 0.0
         self.exchange: Exchange | None = None  # the exchange in progress
         self.to_report: UpstreamResponse | None = None  # a head parsed, not yet told to the exchange
@@ -212,18 +237,32 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         self.headers: Headers = []
         self.informational = False
         self.body: RequestBody | None = None
-        self.request_done = True
         self.cork: list[bytes] | None = None
         self.attempt = 0
         self.reading_paused = False
         self.keep_alive = False  # the upstream's word on the last response (llhttp forgets it once done)
+
+    # -- the state (see State) -------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self.state == _CLOSED
+
+    def _reusable(self) -> bool:
+        """May the connection carry another exchange? Only when the request went out whole and its
+        response came back whole, and the upstream did not say ``Connection: close``."""
+        r = self.response
+        return self.state == _SENT and r is not None and r.complete and r.error is None and self.keep_alive
+
 
     # -- the exchange --------------------------------------------------------------------------------
     def start(
         self, head: bytes, body: RequestBody | None, head_request: bool, attempt: int, exchange: Exchange
     ) -> None:
         """Send a request for ``exchange``, which hears of the response head (or :class:`UpstreamGone`)."""
-        assert self.transport is not None and self.response is None and self.exchange is None
+        assert self.transport is not None
+        if self.state != _IDLE:  # one exchange at a time, never on a closed connection
+            raise InvalidTransition("upstream connection", State(self.state).name.lower(), "start")
+        self.state = _SENT if body is None else _SENDING
         if self.parser_dirty:
             self.parser = httptools.HttpResponseParser(self)
             self.parser_dirty = False
@@ -234,10 +273,8 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         self.headers = []
         self.reason = b""
         if body is None:
-            self.request_done = True
             self.transport.write(head)
         else:
-            self.request_done = False
             self.body = body
             self.cork = [head]
             try:
@@ -250,15 +287,7 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         """The owner is done with this exchange: back to the pool if it ended cleanly, else closed."""
         if self.exchange is None:
             return  # the exchange already ended and the connection went back by itself
-        r = self.response
-        reusable = (
-            not self.closed
-            and self.request_done
-            and r is not None
-            and r.complete
-            and r.error is None
-            and self.keep_alive
-        )
+        reusable = self._reusable()
         self._detach_body()
         self.response = None
         self.exchange = None
@@ -266,6 +295,7 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             if self.reading_paused:
                 self.reading_paused = False
                 self.transport.resume_reading()  # type: ignore[union-attr]
+            self.state = _IDLE  # SENT: _reusable() said so
             self.pool.release(self)
         else:
             self.abort()
@@ -279,19 +309,20 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
     def _exchange_over(self) -> None:
         """Request sent and response complete: a clean exchange needs nobody to hand the connection back."""
         r = self.response
-        if r is None or not self.request_done or not self.keep_alive or self.closed or r.error is not None:
+        if r is None or not self._reusable():
             return
         r.conn = None
         self.response = None
         self.exchange = None
         self.body = None
+        self.state = _IDLE  # SENT: _reusable() said so
         self.pool.release(self)
 
     def abort(self) -> None:
         """Drop the connection now (a cancelled attempt, a broken exchange)."""
         self._detach_body()
-        if not self.closed:
-            self.closed = True
+        if self.state != _CLOSED:
+            self.state = _CLOSED  # from any state
             self.pool.forget(self)
             if self.transport is not None:
                 self.transport.abort()
@@ -307,7 +338,7 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         parts = [b"%x\r\n" % len(data), data, b"\r\n"] if self.body.chunked else [data]
         if self.cork is not None:
             self.cork.extend(parts)
-        elif not self.closed:
+        elif self.state != _CLOSED:
             self.transport.writelines(parts)  # type: ignore[union-attr]
 
     def body_end(self) -> None:
@@ -315,10 +346,11 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         if self.body.chunked:
             if self.cork is not None:
                 self.cork.append(b"0\r\n\r\n")
-            elif not self.closed:
+            elif self.state != _CLOSED:
                 self.transport.write(b"0\r\n\r\n")  # type: ignore[union-attr]
-        self.request_done = True
         self.body = None
+        if self.state == _SENDING:  # a connection lost meanwhile stays closed
+            self.state = _SENT
         r = self.response
         if r is not None and r.complete:
             self._exchange_over()
@@ -333,12 +365,12 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             self.body.sink_resumed(self)
 
     def pause_reading(self) -> None:
-        if not self.reading_paused and not self.closed:
+        if not self.reading_paused and self.state != _CLOSED:
             self.reading_paused = True
             self.transport.pause_reading()  # type: ignore[union-attr]
 
     def resume_reading(self) -> None:
-        if self.reading_paused and not self.closed:
+        if self.reading_paused and self.state != _CLOSED:
             self.reading_paused = False
             self.transport.resume_reading()  # type: ignore[union-attr]
 
@@ -368,8 +400,8 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        was_closed = self.closed
-        self.closed = True
+        was_closed = self.state == _CLOSED
+        self.state = _CLOSED  # from any state
         if not was_closed:
             self.pool.forget(self)
         r = self.response
@@ -417,17 +449,9 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             return
         self.informational = False
         self.keep_alive = self.parser.should_keep_alive()
-        length: int | None = None
-        chunked = False
-        headers = self.headers
-        for i in range(0, len(headers), STRIDE):
-            low = headers[i]
-            if low == b"content-length":
-                length = content_length(headers[i + VALUE])
-            elif low == b"transfer-encoding" and b"chunked" in headers[i + VALUE].lower():
-                chunked = True
-        if chunked:
-            length = None
+        framing = body_framing(self.headers)
+        chunked = framing == CHUNKED
+        length = framing if framing >= 0 else None  # else chunked, or up to the connection's close
         no_body = self.head_request or status in _NO_BODY_STATUS
         r = UpstreamResponse(status, self.reason, self.headers, length, chunked, no_body, self, self.attempt)
         self.response = r

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ...buffer_budget import BufferBudget
+from ..connections import Connections
 from . import wire
 from .commands import CommandError
 from .patch import PatchError
@@ -56,7 +57,7 @@ class AppConnection(asyncio.Protocol):
         handler: Handler,
         limits: Limits,
         listener: str,
-        connections: set[AppConnection],
+        connections: Connections[AppConnection],
         budget: BufferBudget,
         on_closed: Callable[[], None] = lambda: None,
     ) -> None:
@@ -83,6 +84,7 @@ class AppConnection(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
         self.busy = False
         self.closed = False
+        self.closing = False  # close once the answer in progress is out (a drain)
         self.paused = False
         self.idle_timer: asyncio.TimerHandle | None = None
         self.message_timer: asyncio.TimerHandle | None = None
@@ -244,6 +246,9 @@ class AppConnection(asyncio.Protocol):
                     self.transport.write(out)
                     if self.writable is not None:
                         await self.writable
+                if self.closing:
+                    self.close()
+                self.connections.idle(self)
         except _BAD_INPUT as e:
             self.refuse(e)
         except asyncio.CancelledError:
@@ -292,6 +297,13 @@ class AppConnection(asyncio.Protocol):
         self.buffer.clear()
         self.close()
 
+    def close_after_answer(self) -> None:
+        self.closing = True
+
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+
+    def drop(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()

@@ -27,6 +27,7 @@ from ...config.units import split_host_port
 from ...door import Door
 from ...services import Services
 from ..acceptor import Acceptor
+from ..connections import Connections
 from . import answer, wire
 from .commands import AUTH, HELLO, RAW, Command, describe
 from .connection import AppConnection, Limits
@@ -77,10 +78,7 @@ class MongoListener:
         )
         self._server: Acceptor | None = None
         self._limits = _limits(config)
-        self._connections: set[AppConnection] = set()
-        self._inflight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._connections: Connections[AppConnection] = Connections(config.name, log)
         self._conn_ids = itertools.count(1)
         self._background: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.TimerHandle | None = None
@@ -157,12 +155,7 @@ class MongoListener:
             self._server.close()
         if self._gate is not None:
             self._gate.close()
-        if self._inflight:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(grace):
-                    await self._idle.wait()
-        for c in list(self._connections):
-            c.close()
+        await self._connections.drain(grace)
         for t in list(self._background):
             t.cancel()
         await self.up.topology.stop()
@@ -205,19 +198,12 @@ class MongoListener:
             return answer.error_doc(18, "AuthenticationFailed", _AUTH_REFUSED)
         if name == "endSessions":
             return self._end_sessions(msg, body)
-        self._inflight += 1
-        self._idle.clear()
-        try:
-            arrival = asyncio.get_running_loop().time()
-            if door is not None and door.requests is not None:
-                refusal = await self._admit(door, host, cmd, arrival)
-                if refusal is not None:
-                    return answer.refusal_doc(refusal)
-            return await forward(self.up, msg, cmd, arrival)
-        finally:
-            self._inflight -= 1
-            if not self._inflight:
-                self._idle.set()
+        arrival = asyncio.get_running_loop().time()
+        if door is not None and door.requests is not None:
+            refusal = await self._admit(door, host, cmd, arrival)
+            if refusal is not None:
+                return answer.refusal_doc(refusal)
+        return await forward(self.up, msg, cmd, arrival)
 
     async def _admit(self, door: Door, host: str, cmd: Command, arrival: float) -> Refusal | None:
         """The request gate (admission.requests): go ahead (``None``, perhaps after queueing) or refused (the

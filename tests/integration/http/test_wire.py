@@ -10,7 +10,9 @@ import socket
 import struct
 
 import aiohttp
+import pytest
 
+from sidecar.config import ConfigError, load_dict
 from sidecar.policy import Reason
 from sidecar.testing.http_upstream import Fault
 
@@ -210,7 +212,9 @@ async def test_client_going_away_cancels_the_upstream_request(upstream) -> None:
 async def test_a_client_that_half_closes_after_its_requests_gets_the_answers(upstream) -> None:
     async with sidecar(config([upstream.endpoint])) as sc:
         reader, writer = await asyncio.open_connection(sc.host, sc.port)
-        writer.write(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+        writer.write(
+            b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
+        )
         writer.write_eof()
         out = await reader.read()  # until the sidecar closes, once both are answered
         writer.close()
@@ -351,3 +355,129 @@ async def test_an_answered_request_is_freed_at_once_not_by_the_cycle_collector(c
         finally:
             gc.enable()
         assert left == []
+
+
+async def test_stop_closes_idle_keepalive_connections_at_once_and_counts_only_busy_ones(
+    client, upstream, caplog
+) -> None:
+    """The drain (adapters/connections.py): a keep-alive connection between requests is closed at once; one
+    answered during the grace closes then; one whose answer does not come in time is dropped after the
+    grace, and the log counts only that one (it counted every connection busy when the drain began)."""
+    upstream.then(Fault(200), Fault(200, hang=True), Fault(200, delay=0.2, body=b"in time"))
+    async with sidecar(config([upstream.endpoint], {"per_try_timeout": "none"})) as sc:
+        idle_r, idle_w = await asyncio.open_connection(sc.host, sc.port)
+        idle_w.write(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = await idle_r.readuntil(b"\r\n\r\n")
+        assert first.startswith(b"HTTP/1.1 200 ")
+        await idle_r.readexactly(int(first.lower().split(b"content-length: ")[1].split(b"\r\n")[0]))
+        busy_r, busy_w = await asyncio.open_connection(sc.host, sc.port)
+        busy_w.write(b"GET /hangs HTTP/1.1\r\nHost: x\r\n\r\n")
+        await upstream.wait_hits(2)
+        soon_r, soon_w = await asyncio.open_connection(sc.host, sc.port)
+        soon_w.write(b"GET /in-time HTTP/1.1\r\nHost: x\r\n\r\n")
+        await upstream.wait_hits(3)
+        with caplog.at_level("WARNING", logger="sidecar.http"):
+            await sc.app.stop(grace=3.0)  # the 0.2 s answer comes well within it
+        assert await asyncio.wait_for(idle_r.read(), 30) == b""  # closed, nothing more said
+        assert (await asyncio.wait_for(soon_r.read(), 30)).endswith(b"in time")
+        assert await asyncio.wait_for(busy_r.read(), 30) == b""  # dropped: no answer came in time
+        for w in (idle_w, busy_w, soon_w):
+            w.close()
+    warnings = [r.getMessage() for r in caplog.records if "still busy" in r.getMessage()]
+    assert warnings == ["listener web: 1 connection(s) still busy after 3.0s; closing"]
+
+
+async def test_a_head_trickled_past_header_timeout_gets_408_while_other_clients_are_served(
+    client, upstream
+) -> None:
+    """header_timeout bounds the whole head from its first byte: a byte every 50 ms keeps resetting the idle
+    timer (60 s here) but not this one."""
+    async with sidecar(config([upstream.endpoint], listener={"header_timeout": "300ms"})) as sc:
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\nX-Trickle: ")
+
+        async def trickle() -> None:
+            while True:  # until the sidecar closes the connection (then the write fails or is ignored)
+                writer.write(b"a")
+                await asyncio.sleep(0.05)  # the slow client's pace, not a wait for the sidecar
+
+        pace = asyncio.create_task(trickle())
+        try:
+            async with client.get(sc.url + "/meanwhile") as r:  # another connection, served as usual
+                assert r.status == 200
+            answer = await asyncio.wait_for(reader.read(-1), 30)
+        finally:
+            pace.cancel()
+            writer.close()
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"header_timeout (0.3s)" in answer
+        assert [s.path for s in upstream.received] == ["/meanwhile"]  # nothing of the slow one went upstream
+        assert sc.metric("sidecar_rejected_total", reason="408") == 1
+
+
+def test_header_timeout_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="header_timeout"):
+        load_dict(config(["127.0.0.1:1"], listener={"header_timeout": "0s"}))
+
+
+_CHUNKED_POST = b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "named"),
+    [
+        (
+            b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            b"Transfer-Encoding must end in chunked, not 'xchunked'",
+        ),
+        (
+            b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            b"Transfer-Encoding",
+        ),
+        (_CHUNKED_POST + b"5;a=b\nhello\r\n0\r\n\r\n", b"CR after chunk extension"),
+        (_CHUNKED_POST + b"0x5\r\nhello\r\n0\r\n\r\n", b"chunk size"),
+        (_CHUNKED_POST + b"5\r\nhello\r\n0\r\nContent-Length: 5\r\n\r\n", b"Content-Length"),
+        (b"GET / HTTP/1.1\r\nHost: 127.0.0.1:\xb23001\r\n\r\n", b"malformed Host header"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", b"more than one Host header"),
+    ],
+    ids=[
+        "xchunked",
+        "chunked-not-last",
+        "bare-lf-extension",
+        "0x-size",
+        "content-length-trailer",
+        "host-not-ascii",
+        "two-hosts",
+    ],
+)
+async def test_bad_framing_or_host_is_400_before_anything_goes_upstream(
+    upstream, request_bytes: bytes, named: bytes
+) -> None:
+    """RFC 9112: every rule that can reject a request is applied to its head and to each chunk header before
+    a byte of it is forwarded; the client gets a 400 naming the problem (it used to get a bare close)."""
+    async with sidecar(config([upstream.endpoint])) as sc:
+        answer = await asyncio.wait_for(raw(sc.host, sc.port, request_bytes), 30)
+        assert answer.startswith(b"HTTP/1.1 400 "), answer
+        assert named in answer and b"Connection: close" in answer
+        async with aiohttp.ClientSession() as s, s.get(sc.url + "/next") as r:  # the listener carries on
+            assert r.status == 200
+    assert [seen.path for seen in upstream.received] == ["/next"]  # nothing of the bad request
+
+
+async def test_a_chunk_header_broken_after_the_head_went_upstream_is_400_and_the_attempt_ends(
+    upstream,
+) -> None:
+    """The head and a good chunk were forwarded; the next chunk header is malformed: the attempt is
+    abandoned (the upstream never sees the body end) and the client gets 400."""
+    upstream.then(Fault(200, hang=True))
+    async with sidecar(config([upstream.endpoint])) as sc:
+        reader, writer = await asyncio.open_connection(sc.host, sc.port)
+        try:
+            writer.write(_CHUNKED_POST + b"5\r\nhello\r\n")
+            await upstream.wait_hits(1)  # the head is upstream
+            writer.write(b"0x5\r\nworld\r\n0\r\n\r\n")
+            answer = await asyncio.wait_for(reader.read(-1), 30)
+        finally:
+            writer.close()
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"chunk size" in answer, answer
+        await upstream.wait_cancelled(1)  # the upstream attempt was cut off
+        assert sc.metric("sidecar_rejected_total", reason="400") == 1
