@@ -102,6 +102,9 @@ def test_grpc_resource_exhausted_with_pushback() -> None:
     assert a.code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert a.details == "retry-sidecar: " + rate_refusal().message
     assert a.trailing == [("grpc-retry-pushback-ms", "40")]
+    # refused on a retry (no ticket for attempt 3): A6's count of the attempts before it, as every answer
+    again = grpc_answer.refused(rate_refusal(), previous=2)
+    assert again.trailing == [("grpc-retry-pushback-ms", "40"), ("grpc-previous-rpc-attempts", "2")]
 
 
 def test_mongo_462_with_the_overload_labels() -> None:

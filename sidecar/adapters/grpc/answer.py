@@ -108,12 +108,14 @@ def answer(finish: Finish, status: UpstreamStatus | None, *, upstream: str, give
     return Answer(code, details, with_previous_attempts(trailing, previous))
 
 
-def refused(refusal: Refusal) -> Answer:
-    """What a call refused by admission ends with: ``RESOURCE_EXHAUSTED`` and when to come back."""
+def refused(refusal: Refusal, previous: int = 0) -> Answer:
+    """What a call refused by admission ends with: ``RESOURCE_EXHAUSTED`` and when to come back.
+    ``previous``: attempts made before the refused one (an endpoint's ticket refused on a retry), told in
+    ``grpc-previous-rpc-attempts`` as for every answer after more than one attempt."""
     return Answer(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         f"retry-sidecar: {refusal.message}",
-        [(PUSHBACK, str(refusal.retry_after_ms))],
+        with_previous_attempts([(PUSHBACK, str(refusal.retry_after_ms))], previous),
     )
 
 

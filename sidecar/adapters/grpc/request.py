@@ -132,7 +132,7 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
         if isinstance(payload, Refusal) and not (
             delivery.finish.reason is Reason.DEADLINE and not delivery.finish.own_deadline
         ):  # the last attempt got no ticket: RESOURCE_EXHAUSTED, and when to come back
-            ans = refused(payload)
+            ans = refused(payload, previous=max(0, (delivery.finish.attempt or 1) - 1))
             obs.refused(payload)
         else:
             ans = answer(
