@@ -106,6 +106,11 @@ class EndpointPicker:
         The base does not know: no."""
         return False
 
+    def ready_at(self, now: float) -> float:
+        """``pick`` found nothing for a retry: when to ask again (a replica set electing a primary will have
+        one soon), or ``inf``: there will be none, the request ends ``no-endpoint``. The base: ``inf``."""
+        return INF
+
 
 class _Attempt:
     __slots__ = ("n", "endpoint", "expires", "whole", "done")
@@ -518,6 +523,11 @@ class Call:
         tried = [a.endpoint for a in self.attempts] if self.attempts else ()
         endpoint = self.picker.pick(now, self.rand, self.candidates, tried, self.deprioritized or ())
         if endpoint is None:
+            if hedge == 0 and self.attempts:  # a retry: the picker may expect an endpoint soon
+                later = self.picker.ready_at(now)
+                if later < self.deadline:
+                    self.retry_at = later  # ask again then (the wait is the engine's, on its own timer)
+                    return False
             self._finish(_REASON_NO_ENDPOINT, out)
             return False
         remaining = self.deadline - now

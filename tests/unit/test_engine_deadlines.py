@@ -111,3 +111,45 @@ def test_the_sidecars_own_refusal_is_not_observed_but_its_endpoint_is_avoided() 
     (retry,) = [c for c in d.tick() if isinstance(c, SendAttempt)]
     assert picker.seen == []  # outlier detection never counts the sidecar's own "no"
     assert retry.endpoint != first.endpoint
+
+
+class Electing(StrictBalancer):
+    """No endpoint fits for a while (a replica set electing a primary), then one does."""
+
+    def __init__(self, none_until: float, give_up_at: float = INF) -> None:
+        super().__init__(("a", "b"))
+        self.none_until = none_until
+        self.give_up_at = give_up_at
+        self.asked: list[float] = []
+
+    def pick(self, now, rand, candidates=None, avoid=(), deprioritized=()):  # noqa: ANN001, ANN201
+        if 0 < now < self.none_until:
+            return None
+        return super().pick(now, rand, candidates, avoid, deprioritized)
+
+    def ready_at(self, now: float) -> float:
+        self.asked.append(now)
+        return now + 0.1 if now < self.give_up_at else INF
+
+
+def test_a_retry_that_finds_no_endpoint_yet_waits_for_one_on_the_engines_timer() -> None:
+    picker = Electing(none_until=0.35)
+    d = Driver(make_call(POLICY, balancer=picker, deadline=5.0))
+    d(START, 0.0)
+    d(AttemptEnded(1, UNAVAILABLE), 0.1)  # reported at once by the attempter
+    sends = []
+    while not sends:
+        sends = [c for c in d.tick() if isinstance(c, SendAttempt)]
+    assert picker.asked and all(t < 0.35 for t in picker.asked)  # asked again until a server fitted
+    assert sends[0].attempt == 2 and d.now >= 0.35
+
+
+def test_a_retry_with_no_endpoint_ever_ends_no_endpoint() -> None:
+    picker = Electing(none_until=INF, give_up_at=0.3)
+    d = Driver(make_call(POLICY, balancer=picker, deadline=5.0))
+    d(START, 0.0)
+    d(AttemptEnded(1, UNAVAILABLE), 0.1)
+    finish = None
+    while finish is None:
+        finish = next((c for c in d.tick() if isinstance(c, Finish)), None)
+    assert finish.reason is Reason.NO_ENDPOINT and d.now >= 0.3

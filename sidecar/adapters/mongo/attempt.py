@@ -1,8 +1,9 @@
 """One attempt of a command at one upstream server (the runtime's ``Attempter``): set this attempt's
 ``maxTimeMS``, take a pooled connection, send, read the reply whole, classify it (``classify.py``) and report.
 
-A server that failed (unreachable, a broken connection, "not primary") is marked in the topology, and the
-result is reported once the topology can route the next attempt elsewhere (``_await_topology``).
+A server that failed (unreachable, a broken connection, "not primary") is marked in the topology and the
+result reported at once: the engine decides, and a retry that finds no server fitting yet (an election) waits
+for one on the engine's own timer (``TopologyPicker.ready_at``), not hidden inside this attempt.
 """
 
 from __future__ import annotations
@@ -42,20 +43,18 @@ class Reply:
 class Attempt:
     """The attempter for one command (see ``sidecar.runtime.Attempter``)."""
 
-    __slots__ = ("pools", "topology", "selection_timeout", "cmd", "msg", "obs")
+    __slots__ = ("pools", "topology", "cmd", "msg", "obs")
 
     def __init__(
         self,
         pools: Pools,
         topology: Topology,
-        selection_timeout: float,
         cmd: Command,
         msg: wire.Msg,
         obs: RequestObserver,
     ) -> None:
         self.pools = pools
         self.topology = topology
-        self.selection_timeout = selection_timeout
         self.cmd = cmd
         self.msg = msg
         self.obs = obs
@@ -85,7 +84,6 @@ class Attempt:
             f = Failure(e.stage, e.message)
             if e.stage == "connect":  # unreachable: route around it until its monitor sees it again
                 topology.mark_unknown(sa.endpoint, e.message)
-                await self._await_topology(sa)
             return AttemptResult(classify_failure(f, cmd), f)
         try:
             if self.msg.more_to_come:
@@ -104,7 +102,6 @@ class Attempt:
             pool.clear()
             f = Failure("network", _describe(e))
             topology.request_check(sa.endpoint)
-            await self._await_topology(sa)
             return AttemptResult(classify_failure(f, cmd), f)
         pool.release(conn)
         outcome = classify_reply(body, cmd, max_time)
@@ -114,17 +111,7 @@ class Attempt:
                 self.obs.set_attempt_attribute(sa.attempt, "db.response.status_code", str(code))
             if code in _STATE_CHANGE:
                 topology.mark_unknown(sa.endpoint, f"answered code {code}")
-                await self._await_topology(sa)
         return AttemptResult(outcome, Reply(sa.endpoint, reply, body))
-
-    async def _await_topology(self, sa: SendAttempt) -> None:
-        """After a server failed or stepped down, report the result once the topology can route the next
-        attempt (a new primary is known), so that a retry does not go back to where it failed."""
-        topology = self.topology
-        if topology.replica_set is None:
-            return
-        limit = min(sa.timeout, self.selection_timeout)
-        await topology.wait_selectable(self.cmd.read_preference, limit)
 
     def discard(self, payload: Any) -> None:
         pass  # replies are read whole and their connections already returned

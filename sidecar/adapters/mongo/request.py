@@ -105,7 +105,11 @@ async def forward(up: Shared, msg: wire.Msg, cmd: Command, arrival: float | None
         candidates=candidates,
         retry_on=retry_on,
         max_attempts=max_attempts,
-        picker=TopologyPicker(up.runtime.balancer, lambda: topology.eligible(rp)),
+        picker=TopologyPicker(
+            up.runtime.balancer,
+            lambda: topology.eligible(rp),
+            up.server_selection_timeout if topology.replica_set is not None else 0.0,
+        ),
     )
     tickets = up.runtime.concurrency
     gated = None
@@ -113,7 +117,7 @@ async def forward(up: Shared, msg: wire.Msg, cmd: Command, arrival: float | None
         gated = gate(tickets, Kind.READ if cmd.reads_only else Kind.WRITE, loop, exempt=cmd.name in EXEMPT)
     with obs:
         delivery = await drive(
-            call, Attempt(up.pools, topology, up.server_selection_timeout, cmd, msg, obs), obs, gate=gated
+            call, Attempt(up.pools, topology, cmd, msg, obs), obs, gate=gated
         )
         payload = delivery.payload
         if isinstance(payload, Refusal):

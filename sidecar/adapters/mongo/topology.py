@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -24,6 +25,9 @@ from .upstream import ConnectFailure, Connection, Settings, connect, hello_comma
 log = logging.getLogger("sidecar.mongo.topology")
 
 HEARTBEAT = 10.0
+#: While no server fits a retry (an election), how often the engine asks the picker again.
+SELECTION_POLL = 0.02
+INF = math.inf
 MIN_HEARTBEAT = 0.5
 
 
@@ -170,11 +174,17 @@ class TopologyPicker(EndpointPicker):
     passed on to outlier detection (``observe``): the topology's monitoring already takes unusable members
     out, and a replica set's primary cannot be ejected."""
 
-    __slots__ = ("balancer", "eligible")
+    __slots__ = ("balancer", "eligible", "selection_timeout", "selecting_since")
 
-    def __init__(self, balancer: Balancer, eligible: Callable[[], list[str]]) -> None:
+    def __init__(
+        self, balancer: Balancer, eligible: Callable[[], list[str]], selection_timeout: float = 0.0
+    ) -> None:
+        """``selection_timeout``: how long a retry may wait for a server to fit (a replica set electing a
+        primary): the engine asks again every ``SELECTION_POLL`` seconds until then (0: never waits)."""
         self.balancer = balancer
         self.eligible = eligible
+        self.selection_timeout = selection_timeout
+        self.selecting_since = INF  # when the current wait for a fitting server began (inf: none)
 
     def pick(
         self,
@@ -185,7 +195,19 @@ class TopologyPicker(EndpointPicker):
         deprioritized: Collection[str] = (),
     ) -> str | None:
         pool = candidates if candidates is not None else self.eligible()
-        return self.balancer.pick(now, rand, pool, avoid, deprioritized)
+        endpoint = self.balancer.pick(now, rand, pool, avoid, deprioritized)
+        if endpoint is not None:
+            self.selecting_since = INF
+        return endpoint
+
+    def ready_at(self, now: float) -> float:
+        """No server fits (no primary during an election, every member unknown): the engine looks again in
+        ``SELECTION_POLL`` seconds, for up to ``selection_timeout`` (the driver's server selection loop)."""
+        if self.selecting_since == INF:
+            self.selecting_since = now
+        if now - self.selecting_since >= self.selection_timeout:
+            return INF
+        return now + SELECTION_POLL
 
     def started(self, endpoint: str) -> None:
         self.balancer.started(endpoint)
