@@ -6,6 +6,7 @@ certificate, ``server_name`` as the name to verify)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -31,8 +32,8 @@ class Channels:
         if tls is not None and tls.server_name:
             self.options += (("grpc.ssl_target_name_override", tls.server_name),)
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stream: dict[tuple[str, str], grpc.aio.StreamStreamMultiCallable] = {}
-        self._unary: dict[tuple[str, str], grpc.aio.UnaryStreamMultiCallable] = {}
+        self._stream: dict[tuple[str, str], Any] = {}  # (endpoint, method) -> StreamStreamMultiCallable
+        self._unary: dict[tuple[str, str], Any] = {}  # (endpoint, method) -> UnaryStreamMultiCallable
 
     def channel(self, endpoint: str) -> grpc.aio.Channel:
         ch = self._channels.get(endpoint)
@@ -47,22 +48,21 @@ class Channels:
     def stream_stream(self, endpoint: str, method: str) -> grpc.aio.StreamStreamMultiCallable:
         """A call goes upstream as a stream (unless its method is in ``unary_requests``): its request
         messages are forwarded as they arrive."""
-        key = (endpoint, method)
-        mc = self._stream.get(key)
-        if mc is None:
-            if len(self._stream) >= _MULTICALLABLE_LIMIT:
-                self._stream.clear()
-            mc = self._stream[key] = self.channel(endpoint).stream_stream(method)
-        return mc
+        return self._callable(self._stream, endpoint, method, "stream_stream")
 
     def unary_stream(self, endpoint: str, method: str) -> grpc.aio.UnaryStreamMultiCallable:
         """A method whose request is one message (``unary_requests``): the response may still stream."""
+        return self._callable(self._unary, endpoint, method, "unary_stream")
+
+    def _callable(self, cache: dict[tuple[str, str], Any], endpoint: str, method: str, form: str) -> Any:
+        """The channel's multi-callable of ``form`` for ``method``, made once (clients choose method names:
+        the cache is bounded)."""
         key = (endpoint, method)
-        mc = self._unary.get(key)
+        mc = cache.get(key)
         if mc is None:
-            if len(self._unary) >= _MULTICALLABLE_LIMIT:
-                self._unary.clear()
-            mc = self._unary[key] = self.channel(endpoint).unary_stream(method)
+            if len(cache) >= _MULTICALLABLE_LIMIT:
+                cache.clear()
+            mc = cache[key] = getattr(self.channel(endpoint), form)(method)
         return mc
 
     async def close(self) -> None:
