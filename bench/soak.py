@@ -165,6 +165,9 @@ async def load(ports: dict[str, int], rate: float, seconds: float, pid: int, mar
                     ok = True
                 elif n % 4 == 0:
                     await mongo.soak.c.insert_one({"n": n})
+                    # keep the collection small: the test server scans it whole for every find, and a
+                    # growing one slows the upstreams' process (HTTP and gRPC too) until they time out
+                    await mongo.soak.c.delete_many({"n": {"$lt": n - 400}})
                     ok = True
                 else:
                     await mongo.soak.c.find_one({"n": n - 4})
