@@ -4,6 +4,8 @@ that sends a second message on such a method gets an error naming the setting, n
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -32,7 +34,8 @@ async def test_listed_server_streaming_call_streams_its_replies(up: GrpcUpstream
 
 
 async def test_a_second_message_on_a_listed_method_is_an_error_naming_the_setting(up: GrpcUpstream) -> None:
-    up.then(Step(read=3))  # the upstream would answer once it has three messages
+    hold = asyncio.Event()  # the upstream answers only when the test lets it: never before "b" is sent
+    up.then(Step(hold=hold))
     async with sidecar(config([up.endpoint], unary_requests=["*"])) as sc:
         call = sc.channel.stream_stream("/pkg.Svc/Upload")(timeout=30)
         await call.write(b"a")
@@ -43,6 +46,7 @@ async def test_a_second_message_on_a_listed_method_is_an_error_naming_the_settin
         assert err.value.code() is S.INTERNAL
         assert "unary_requests" in (err.value.details() or "")
         assert up.calls[0].requests == [b"a"]  # never "b": the upstream saw a one-message request
+        hold.set()
 
 
 async def test_a_listed_method_called_with_no_message_goes_upstream_as_sent(up: GrpcUpstream) -> None:
