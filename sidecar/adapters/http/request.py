@@ -398,7 +398,7 @@ class Forwarding(CallOwner):
         "attempter",
         "driver",
         "response",
-        "refusal",
+        "body_refusal",
         "door",
         "wait",
         "wake",
@@ -421,7 +421,7 @@ class Forwarding(CallOwner):
         self.attempter = attempter
         self.driver: Driver | None = None
         self.response: UpstreamResponse | None = None  # being streamed to the client
-        self.refusal: tuple[int, str] | None = None  # the body stalled or broke: answered this, then closed
+        self.body_refusal: tuple[int, str] | None = None  # the body stalled or broke: answered this, then closed
         # admission: queued for a token until ``wait.at`` (the driver not started yet)
         self.door: Door | None = None
         self.wait: Wait | None = None
@@ -490,13 +490,13 @@ class Forwarding(CallOwner):
         request complete), or leave the door's queue, answer ``status``, close. False: too late, the answer
         is on its way."""
         if self._leave_queue():  # still queued for admission: no driver yet, answered here
-            self.refusal = (status, why)
-            self._answer_refusal()
+            self.body_refusal = (status, why)
+            self._answer_body_refusal()
             return True
         driver = self.driver
         if driver is None or driver.finish is not None:
             return False
-        self.refusal = (status, why)
+        self.body_refusal = (status, why)
         driver.client_gone()  # -> finished(cancelled), answered there
         return True
 
@@ -530,8 +530,8 @@ class Forwarding(CallOwner):
         if finish.reason is _CANCELLED:
             if payload is not None:
                 self.attempter.discard(payload)
-            if self.refusal is not None:
-                self._answer_refusal()
+            if self.body_refusal is not None:
+                self._answer_body_refusal()
                 return
             obs.end("client went away")
             self._over()
@@ -559,9 +559,9 @@ class Forwarding(CallOwner):
         obs.set_attribute("http.response.status_code", resp.status)
         self._deliver(resp)
 
-    def _answer_refusal(self) -> None:
+    def _answer_body_refusal(self) -> None:
         """Answer the body's refusal (``refuse_body``) and close the connection after it."""
-        refusal = self.refusal
+        refusal = self.body_refusal
         assert refusal is not None
         status, why = refusal
         self.forwarder.rejected.reject(str(status))
