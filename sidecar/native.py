@@ -57,7 +57,7 @@ SOURCES = (
     "sidecar/upstream/balancer.py",
     "sidecar/upstream/outlier.py",
     "sidecar/admission/bucket.py",
-    "sidecar/door.py",
+    "sidecar/gates/door.py",
     "sidecar/runtime.py",
     "sidecar/timers.py",
     "sidecar/services.py",

@@ -118,7 +118,7 @@ class CallbackAttempter:
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class AttemptGate:
-    """Where an attempt waits for its ticket (admission's execution control, ``sidecar/ticket_gate.py``): the
+    """Where an attempt waits for its ticket (admission's execution control, ``sidecar/gates/ticket_gate.py``): the
     :class:`Driver` of a request to an upstream with a ``concurrency`` block starts, cancels and discards its
     attempts through one, and tells it when an attempt has ended. A gate may start the attempt at once, later
     (once a ticket is free), or answer it itself (``ctx.answer``: refused). This base lets everything through;

@@ -18,9 +18,9 @@ from typing import Any
 
 from .admission.refusal import Refusal
 from .buffer_budget import BufferBudget
-from .concurrency import UpstreamConcurrency
 from .config import Config, PolicyConfig, UpstreamConfig, retry_policy
-from .door import Door
+from .gates.concurrency import UpstreamConcurrency
+from .gates.door import Door
 from .policy import (
     BudgetedThrottle,
     Call,

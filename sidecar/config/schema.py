@@ -286,7 +286,7 @@ class UpstreamConfig(Base):
     concurrency: ConcurrencyConfig | None = None  # None: no limit on attempts in flight
 
 
-# -- admission (issue 12: the door; sidecar/door.py) ------------------------------------------------
+# -- admission (issue 12: the door; sidecar/gates/door.py) ------------------------------------------------
 def _cidr(value: object) -> str:
     """An address range (``10.0.0.0/8``, ``::1/128``; a bare address is one host), normalised."""
     import ipaddress

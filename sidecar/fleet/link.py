@@ -27,7 +27,7 @@ from redis.exceptions import RedisError
 from ..config import Config
 from ..config.redact import redact_userinfo
 from ..config.schema import FleetConfig
-from ..door import Door
+from ..gates.door import Door
 from ..services import Services
 from .member import FleetMember, RateLimitShare, RetryBudgetShare, Share
 from .script import SETTLE

@@ -21,7 +21,7 @@ An upstream ``concurrency`` block (``sidecar.upstream.concurrency``, issue 12's 
 sidecar instance the real per-endpoint ticket pools (``sidecar.admission.EndpointConcurrency``, its prober
 run every ``interval`` of virtual time): every attempt takes a read ticket (the model's requests are GETs)
 before it is submitted, queues for one, or is refused and reported to the engine as overloaded, as
-``sidecar/ticket_gate.py`` does on the loop; its ticket comes back when it is answered or abandoned.
+``sidecar/gates/ticket_gate.py`` does on the loop; its ticket comes back when it is answered or abandoned.
 
 An upstream ``retry_budget`` (``sidecar.upstream.retry_budget``) is one ``RetryBudget`` per instance with
 ``scope: local``, and one shared by every instance with ``scope: fleet``: the fleet budget as the Redis
@@ -40,7 +40,8 @@ from typing import Any
 from ..admission import EndpointConcurrency, Kind, RateLimiter, Rejection
 from ..admission.reasons import Limiter
 from ..admission.refusal import Refusal
-from ..concurrency import probe_spec
+from ..gates.concurrency import probe_spec
+from ..gates.ticket_gate import refused_outcome
 from ..policy import (
     START,
     TICK,
@@ -56,7 +57,6 @@ from ..policy import (
     Wake,
     make_throttle,
 )
-from ..ticket_gate import refused_outcome
 from ..upstream.balancer import Balancer
 from .model import OK, ModelServer
 from .policy import SidecarPolicy, budget_scope, compile_policy

@@ -10,11 +10,11 @@ import asyncio
 
 from sidecar.admission import Kind
 from sidecar.admission.refusal import Refusal
-from sidecar.concurrency import UpstreamConcurrency
 from sidecar.config.schema import ConcurrencyConfig
+from sidecar.gates.concurrency import UpstreamConcurrency
+from sidecar.gates.ticket_gate import TicketGate
 from sidecar.policy import BackoffSpec, Jitter, OutcomeClass, Reason, RetryPolicy
 from sidecar.runtime import drive
-from sidecar.ticket_gate import TicketGate
 from tests.metrics import until
 
 from .test_runtime import OK, Script, make_call

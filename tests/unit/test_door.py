@@ -9,7 +9,7 @@ import pytest
 
 from sidecar.admission import Limiter, RatePolicy, Refusal, Rejection
 from sidecar.config.schema import AdmissionConfig
-from sidecar.door import Door, Wait
+from sidecar.gates.door import Door, Wait
 
 
 def profile(**kw: object) -> AdmissionConfig:

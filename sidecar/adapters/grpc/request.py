@@ -19,11 +19,11 @@ import grpc
 
 from ...admission import Kind
 from ...admission.refusal import Refusal
+from ...gates.ticket_gate import gate
 from ...policy import Reason
 from ...policy.deadline import MAX_TIMEOUT_S, parse_timeout_ms
 from ...runtime import Driver, drive
 from ...services import Services, UpstreamRuntime
-from ...ticket_gate import gate
 from .answer import Answer, Downstream, answer, refused
 from .attempt import Attempter
 from .classify import GrpcClassifier

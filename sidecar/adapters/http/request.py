@@ -31,13 +31,13 @@ from ...admission import Kind
 from ...admission.refusal import Refusal
 from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
-from ...door import Door, Wait
+from ...gates.door import Door, Wait
+from ...gates.ticket_gate import gate as ticket_gate
 from ...policy import Finish, Reason
 from ...policy.deadline import parse_timeout_ms
 from ...runtime import CallOwner, Driver
 from ...services import Services
 from ...telemetry import RequestObserver
-from ...ticket_gate import gate as ticket_gate
 from ...timers import TimerEntry, Timers, timers_for
 from .answer import Answer, encode, for_finish, text
 from .answer import refused as refusal_answer

@@ -7,10 +7,10 @@ import asyncio
 import logging
 from typing import Any, Final
 
-from ...accept_gate import AcceptGate
 from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
-from ...door import Door
+from ...gates.accept_gate import AcceptGate
+from ...gates.door import Door
 from ...services import Services
 from ..acceptor import Acceptor
 from ..connections import Connections

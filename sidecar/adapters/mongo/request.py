@@ -12,10 +12,10 @@ from bson.raw_bson import RawBSONDocument
 
 from ...admission import Kind
 from ...admission.refusal import Refusal
+from ...gates.ticket_gate import gate
 from ...policy import Reason
 from ...runtime import Delivery, drive
 from ...services import CompiledPolicy, Services, UpstreamRuntime
-from ...ticket_gate import gate
 from . import wire
 from .answer import for_finish, refusal_doc
 from .attempt import Attempt, Reply

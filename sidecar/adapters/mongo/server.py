@@ -20,11 +20,11 @@ import math
 from bson.errors import BSONError
 from bson.raw_bson import RawBSONDocument
 
-from ...accept_gate import AcceptGate
 from ...admission import Refusal
 from ...config.schema import MongoListenerConfig
 from ...config.units import split_host_port
-from ...door import Door
+from ...gates.accept_gate import AcceptGate
+from ...gates.door import Door
 from ...services import Services
 from ..acceptor import Acceptor
 from ..connections import Connections

@@ -10,7 +10,7 @@ the adapters' two questions:
   request's deadline: the bucket refuses at once when it would be). The callback-based HTTP adapter waits on
   the loop's shared timer heap; the coroutine adapters ``await`` :meth:`Door.admit`. A queued request whose
   client goes away is interrupted: its borrowed token goes back.
-- **may this connection be served?** (:meth:`Door.connection`, asked at accept by ``sidecar/accept_gate.py``).
+- **may this connection be served?** (:meth:`Door.connection`, asked at accept by ``sidecar/gates/accept_gate.py``).
 
 Exempt, and counted as exempted: requests from ``exempt_cidrs``, and operations the adapter knows to be
 exempt (MongoDB hello, ping, killCursors, ...; gRPC health; HTTP ``exempt_paths``); connections from
@@ -32,9 +32,9 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .admission import Limiter, RateLimiter, RatePolicy, Refusal
-from .config.schema import AdmissionConfig, ConnectionLimitConfig, RequestLimitConfig
-from .telemetry.metrics import Histogram
+from ..admission import Limiter, RateLimiter, RatePolicy, Refusal
+from ..config.schema import AdmissionConfig, ConnectionLimitConfig, RequestLimitConfig
+from ..telemetry.metrics import Histogram
 
 log = logging.getLogger("sidecar.admission")
 

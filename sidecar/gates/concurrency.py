@@ -21,9 +21,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from .admission import Decision, EndpointConcurrency, Kind, ProbeSpec, ProbeState, TicketPool
-from .config.schema import ConcurrencyConfig
-from .telemetry.metrics import Histogram
+from ..admission import Decision, EndpointConcurrency, Kind, ProbeSpec, ProbeState, TicketPool
+from ..config.schema import ConcurrencyConfig
+from ..telemetry.metrics import Histogram
 
 log = logging.getLogger("sidecar.concurrency")
 

@@ -30,13 +30,13 @@ import logging
 import math
 from typing import Any, Final
 
-from .admission import Kind, Rejection
-from .admission.reasons import Limiter
-from .admission.refusal import Refusal
+from ..admission import Kind, Rejection
+from ..admission.reasons import Limiter
+from ..admission.refusal import Refusal
+from ..policy import Outcome, OutcomeClass, SendAttempt
+from ..runtime import AttemptContext, AttemptGate, AttemptResult, CallbackAttempter
+from ..timers import TimerEntry, Timers, timers_for
 from .concurrency import EndpointTickets, UpstreamConcurrency
-from .policy import Outcome, OutcomeClass, SendAttempt
-from .runtime import AttemptContext, AttemptGate, AttemptResult, CallbackAttempter
-from .timers import TimerEntry, Timers, timers_for
 
 log: Final = logging.getLogger("sidecar.concurrency")
 INF: Final = math.inf
