@@ -86,6 +86,7 @@ class UpstreamRuntime:
         self.config = config
         self.discovered = discovered
         outliers = outlier_spec(config)
+        self.balancer: Balancer
         if previous is not None:
             self.balancer = previous.balancer
             self.balancer.reconfigure(config.overload_cooldown, outliers)

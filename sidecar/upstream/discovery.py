@@ -54,7 +54,8 @@ class EndpointWatcher(Protocol):
 
 
 def refresh_spec(dns: DnsConfig) -> RefreshSpec:
-    return RefreshSpec(dns.refresh, dns.respect_ttl, dns.failure_refresh, dns.jitter)
+    failure = dns.failure_refresh if dns.failure_refresh is not None else min(1.0, dns.refresh)
+    return RefreshSpec(dns.refresh, dns.respect_ttl, failure, dns.jitter)
 
 
 class TargetWatch:

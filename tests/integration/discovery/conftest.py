@@ -121,15 +121,18 @@ async def get_many(http: aiohttp.ClientSession, target: str, n: int, at_once: in
 
 def connections_to(address: str) -> int:
     """TCP connections this process holds open to ``address`` (``127.0.0.2:8080``), read from the kernel's
-    table: what a channel or pool really keeps, whatever its library says."""
+    tables: what a channel or pool really keeps, whatever its library says (grpc's connections are IPv6
+    sockets to the IPv4-mapped address: /proc/net/tcp6)."""
     host, _, port = address.rpartition(":")
-    want = f"{socket.inet_aton(host)[::-1].hex().upper()}:{int(port):04X}"
+    v4 = socket.inet_aton(host)[::-1].hex().upper()
+    wanted = {f"{v4}:{int(port):04X}", f"0000000000000000FFFF0000{v4}:{int(port):04X}"}
     established = "01"
     n = 0
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            fields = line.split()
-            if fields[2] == want and fields[3] == established:
-                n += 1
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if fields[2] in wanted and fields[3] == established:
+                    n += 1
     return n
