@@ -101,7 +101,9 @@ class DnsServer:
             await self.start()
 
     # -- life --------------------------------------------------------------------------------------------
-    async def start(self) -> DnsServer:
+    def command(self) -> list[str]:
+        """dnsmasq's command line (with the hosts file written): ``start`` runs it; a benchmark may run it
+        with ``subprocess``."""
         self._write()
         args = [
             binary(),
@@ -123,6 +125,10 @@ class DnsServer:
             args.append(f"--user={pwd.getpwuid(0).pw_name}")  # keep the rights to read the hosts file again
         for name, target, port in self.srv:
             args.append(f"--srv-host={name},{target},{port}")
+        return args
+
+    async def start(self) -> DnsServer:
+        args = self.command()
         before = self._reads
         self._ended = False
         self.proc = await asyncio.create_subprocess_exec(

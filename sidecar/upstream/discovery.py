@@ -274,6 +274,7 @@ class Discovery:
         self.rand = rand
         self.watches: dict[Key, TargetWatch] = {}
         self.started = False
+        self._stopping: set[asyncio.Task[None]] = set()  # watches a reload let go, stopping
 
     def reconfigure(self, resolver: ResolverConfig) -> None:
         """A reload changed ``resolver:``: the next lookup of every target asks the new one."""
@@ -324,7 +325,9 @@ class Discovery:
             if id(w) not in keep:
                 del self.watches[key]
                 if w.poller is not None and w.poller.running:
-                    asyncio.get_running_loop().create_task(w.stop())
+                    task = asyncio.get_running_loop().create_task(w.stop())
+                    self._stopping.add(task)
+                    task.add_done_callback(self._stopping.discard)
 
     async def start(self) -> None:
         """Start every watch and wait until each resolved once (each lookup is bounded by its timeout)."""
@@ -335,4 +338,4 @@ class Discovery:
 
     async def stop(self) -> None:
         self.started = False
-        await asyncio.gather(*(w.stop() for w in self.watches.values()))
+        await asyncio.gather(*(w.stop() for w in self.watches.values()), *self._stopping)
