@@ -18,7 +18,7 @@ from sidecar.testing.grpc_upstream import GrpcUpstream, Step, fail
 from tests.metrics import metric, until
 
 from ..tls import self_signed
-from .conftest import HOSTS, addresses, connections_to, on_one_port, running, sidecar_config
+from .conftest import HOSTS, addresses, connections_to, on_one_port, resolutions, running, sidecar_config
 
 pytestmark = pytest.mark.timeout(60)
 METHOD = "/pkg.Svc/Get"
@@ -157,3 +157,50 @@ async def test_no_address_is_unavailable_at_once(dns: DnsServer, trio: list[Grpc
         assert e.value.code() is grpc.StatusCode.UNAVAILABLE
         assert e.value.details() == "sidecar: upstream 'u' has no endpoint"
         assert sum(u.count for u in trio) == 0
+
+
+async def test_a_failed_resolution_keeps_the_last_good_set(dns: DnsServer, trio: list[GrpcUpstream]) -> None:
+    port = trio[0].port
+    await dns.set("shards.test", [trio[0].host, trio[1].host])
+    async with running(grpc_config(dns, f"shards.test:{port}")) as app:
+        await dns.stop()  # queries time out now
+        errors = resolutions(app, "error")
+        await until(lambda: resolutions(app, "error") >= errors + 2, "resolutions failing")
+        assert sorted(addresses(app)) == sorted([trio[0].endpoint, trio[1].endpoint])
+        assert await calls(app, 12, at_once=4) == [grpc.StatusCode.OK] * 12
+        assert trio[0].count > 0 and trio[1].count > 0
+
+
+async def test_nxdomain_at_start_then_the_name_appears(dns: DnsServer, trio: list[GrpcUpstream]) -> None:
+    async with running(grpc_config(dns, f"shards.test:{trio[0].port}")) as app:
+        assert await calls(app, 3, at_once=3) == [grpc.StatusCode.UNAVAILABLE] * 3
+        await dns.set("shards.test", [trio[2].host])
+        await until(lambda: addresses(app) == [trio[2].endpoint], "the name resolved")
+        assert await calls(app, 6, at_once=3) == [grpc.StatusCode.OK] * 6
+        assert trio[2].count == 6
+
+
+async def test_srv_targets_and_their_ports_are_endpoints(dns: DnsServer) -> None:
+    async def make(host: str, port: int) -> GrpcUpstream:
+        return await GrpcUpstream(host=host).start()  # each on a port of its own
+
+    a, b, c = await on_one_port(make)
+    for name, up in (("a.test", a), ("b.test", b), ("c.test", c)):
+        await dns.set(name, [up.host])
+    await dns.set_srv(
+        [("_grpc._tcp.shards.test", "a.test", a.port), ("_grpc._tcp.shards.test", "b.test", b.port)]
+    )
+    try:
+        async with running(grpc_config(dns, "srv:_grpc._tcp.shards.test")) as app:
+            assert sorted(addresses(app)) == sorted([a.endpoint, b.endpoint])
+            assert await calls(app, 12, at_once=4) == [grpc.StatusCode.OK] * 12
+            assert a.count > 0 and b.count > 0
+            await dns.set_srv([("_grpc._tcp.shards.test", "c.test", c.port)])
+            await until(lambda: addresses(app) == [c.endpoint], "the new SRV answer applied")
+            assert await calls(app, 4, at_once=2) == [grpc.StatusCode.OK] * 4 and c.count == 4
+            await until(
+                lambda: connections_to(a.endpoint) == connections_to(b.endpoint) == 0, "channels closed"
+            )
+    finally:
+        for u in (a, b, c):
+            await u.stop()

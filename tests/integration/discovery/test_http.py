@@ -54,13 +54,16 @@ async def http() -> aiohttp.ClientSession:
         yield s
 
 
+@pytest.mark.parametrize(
+    "form", ["orders.test:{port}", "dns:///orders.test:{port}"], ids=["name", "dns-scheme"]
+)
 async def test_requests_spread_over_every_address_of_the_name(
-    dns: DnsServer, trio: list[FaultyUpstream], http: aiohttp.ClientSession
+    dns: DnsServer, trio: list[FaultyUpstream], http: aiohttp.ClientSession, form: str
 ) -> None:
     port = trio[0].port
     await dns.set("orders.test", list(HOSTS))
     spans = InMemorySpanExporter()
-    async with running(sidecar_config(dns, [f"orders.test:{port}"]), span_exporter=spans) as app:
+    async with running(sidecar_config(dns, [form.format(port=port)]), span_exporter=spans) as app:
         answers = await get_many(http, url(app), 30, at_once=6)
         assert answers == [(200, "ok\n")] * 30
         hits = [u.hits for u in trio]
@@ -295,3 +298,29 @@ async def test_config_and_metrics_show_what_was_resolved(
         # per-endpoint labels are addresses, never the name
         assert f'sidecar_endpoint_ejected{{endpoint="{trio[0].endpoint}",upstream="u"}} 0.0' in text
         assert 'endpoint="orders.test' not in text
+
+
+async def test_concurrency_tickets_are_per_address_and_go_with_a_drained_one(
+    dns: DnsServer, trio: list[FaultyUpstream], http: aiohttp.ClientSession
+) -> None:
+    old, stays, new = trio
+    port = old.port
+    await dns.set("orders.test", [old.host, stays.host])
+    concurrency = {"concurrency": {"mode": "fixed", "initial": 8}}
+    async with running(sidecar_config(dns, [f"orders.test:{port}"], upstream=concurrency)) as app:
+        assert await get_many(http, url(app), 12, at_once=4) == [(200, "ok\n")] * 12
+
+        def limits() -> dict[str, float]:
+            return {
+                e: metric(app, "sidecar_concurrency_limit", upstream="u", endpoint=e)
+                for e in (old.endpoint, stays.endpoint, new.endpoint)
+            }
+
+        assert limits() == {old.endpoint: 8, stays.endpoint: 8, new.endpoint: 0}  # its read + write pools
+        await dns.set("orders.test", [stays.host, new.host])
+        await until(
+            lambda: sorted(addresses(app)) == sorted([stays.endpoint, new.endpoint]), "the new answer"
+        )
+        assert await get_many(http, url(app), 12, at_once=4) == [(200, "ok\n")] * 12
+        cc = app.services.upstream("u").concurrency
+        assert cc is not None and sorted(cc.endpoints) == sorted([stays.endpoint, new.endpoint])
