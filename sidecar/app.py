@@ -70,8 +70,9 @@ class App:
         return self.ready and all(lst.serving for lst in self.listeners) and self.services.resolved
 
     def live(self) -> dict[str, object]:
-        """What ``/config`` shows beside the config: each upstream's names and addresses as resolved now."""
-        return {"discovery": self.services.discovery_view()}
+        """What ``/config`` shows beside the config: each upstream's names and addresses as resolved now
+        (a name that came from ``${VAR}`` hidden as in the config itself)."""
+        return {"discovery": redactor(self.config).tree(self.services.discovery_view())}
 
     def address(self, listener: str) -> tuple[str, int]:
         for lst in self.listeners:

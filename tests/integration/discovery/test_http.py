@@ -324,3 +324,20 @@ async def test_concurrency_tickets_are_per_address_and_go_with_a_drained_one(
         assert await get_many(http, url(app), 12, at_once=4) == [(200, "ok\n")] * 12
         cc = app.services.upstream("u").concurrency
         assert cc is not None and sorted(cc.endpoints) == sorted([stays.endpoint, new.endpoint])
+
+
+async def test_a_name_from_the_environment_stays_hidden_in_config(
+    dns: DnsServer, trio: list[FaultyUpstream], http: aiohttp.ClientSession
+) -> None:
+    from sidecar.app import App
+    from sidecar.config import load_dict
+
+    port = trio[0].port
+    await dns.set("secret-orders.test", [trio[0].host])
+    cfg = sidecar_config(dns, ["${ORDERS_HOST}:" + str(port)])
+    async with App(load_dict(cfg, {"ORDERS_HOST": "secret-orders.test"})) as app:
+        assert addresses(app) == [trio[0].endpoint]
+        async with http.get(admin(app) + "/config") as r:
+            text = await r.text()
+        assert "secret-orders" not in text and "<redacted>" in text
+        assert trio[0].endpoint in text  # the address it resolved to is no secret
