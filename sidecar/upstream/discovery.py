@@ -82,7 +82,11 @@ class TargetWatch:
             )
 
     async def _lookup(self) -> Resolution:
-        parts = await self._discovery.resolver.resolve(self.target, self.family)
+        try:
+            parts = await self._discovery.resolver.resolve(self.target, self.family)
+        except Exception as e:  # a bug (the resolver answers failures as parts): a failed resolution
+            log.exception("resolving %s failed unexpectedly", self.target.text)
+            return Resolution(ERROR, self.state.endpoints, None, f"internal error: {type(e).__name__}")
         return combine(parts, self.state.endpoints)
 
     def _resolved(self, resolution: Resolution) -> None:
@@ -330,11 +334,26 @@ class Discovery:
                     task.add_done_callback(self._stopping.discard)
 
     async def start(self) -> None:
-        """Start every watch and wait until each resolved once (each lookup is bounded by its timeout)."""
+        """Start every watch and wait until each resolved once (a lookup is bounded by the resolver's timeout
+        for each question; an SRV name asks two rounds). Past a generous bound, start anyway: what is still
+        unresolved keeps ``/readyz`` at 503 until it resolves."""
         self.started = True
-        for w in self.watches.values():
+        watches = list(self.watches.values())
+        for w in watches:
             w.start()
-        await asyncio.gather(*(w.first() for w in list(self.watches.values())))
+        firsts = [asyncio.ensure_future(w.first()) for w in watches]
+        if not firsts:
+            return
+        _, late = await asyncio.wait(firsts, timeout=3 * self.resolver.lifetime + 1.0)
+        for f in late:
+            f.cancel()
+        for w in watches:
+            if not w.state.resolved:
+                log.warning(
+                    "%s: not resolved yet after %.0fs; the sidecar starts without it",
+                    w.target.text,
+                    3 * self.resolver.lifetime + 1.0,
+                )
 
     async def stop(self) -> None:
         self.started = False
