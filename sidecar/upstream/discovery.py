@@ -291,13 +291,14 @@ class Discovery:
         written, one static endpoint (a driver's connection resolves it, as before)."""
         if not discovered:
             return [
-                self._watch(Target(text, STATIC, text, 0), "auto", RefreshSpec()) for text in config.endpoints
+                self.watch(Target(text, STATIC, text, 0), "auto", RefreshSpec()) for text in config.endpoints
             ]
         dns = config.dns if config.dns is not None else DnsConfig()
         spec = refresh_spec(dns)
-        return [self._watch(parse(text), dns.family, spec) for text in config.endpoints]
+        return [self.watch(parse(text), dns.family, spec) for text in config.endpoints]
 
-    def _watch(self, target: Target, family: str, spec: RefreshSpec) -> TargetWatch:
+    def watch(self, target: Target, family: str, spec: RefreshSpec) -> TargetWatch:
+        """The watch of ``target`` resolved with ``family`` on ``spec`` (shared: made, and started, once)."""
         if target.kind == STATIC:
             family, spec = "auto", RefreshSpec()
         key = (target, family, spec)
