@@ -193,6 +193,7 @@ class Services:
             for name, gone in previous.upstreams.items():
                 if name not in self.upstreams:
                     gone.retire()
+                    telemetry.metrics.forget_upstream(name)
             self.discovery.retain(w for up in self.upstreams.values() for w in up.endpoints.watches)
         # One budget for the process's life: a reload resizes it, what is held stays accounted.
         self.buffers: BufferBudget = (

@@ -205,6 +205,12 @@ class Metrics:
         ``sidecar_dns_last_success_timestamp_seconds{upstream,name}`` for each name it resolves."""
         self._endpoints[upstream] = endpoints
 
+    def forget_upstream(self, upstream: str) -> None:
+        """A reload removed ``upstream``: its set and its ejections are no longer exported (its counters, which
+        never go back, stay)."""
+        self._endpoints.pop(upstream, None)
+        self._outliers.pop(upstream, None)
+
     def watch_retry_budget(self, upstream: str, scope: str, budget: Any) -> None:
         """Export an upstream's ``retry_budget`` (``policy.RetryBudget``): its tokens and the retries it
         refused, labelled with its ``scope`` (read at scrape time)."""

@@ -90,3 +90,24 @@ async def test_a_reload_that_only_changes_the_resolver_asks_the_new_one(
             path.write_text(yaml.safe_dump(cfg))
             assert await app.reload()
             await until(lambda: addresses(app) == [trio[1].endpoint], "the other server's answer")
+
+
+async def test_an_upstream_a_reload_removes_is_no_longer_exported(
+    dns: DnsServer, trio: list[FaultyUpstream]
+) -> None:
+    from sidecar.config import load_dict
+
+    cfg = sidecar_config(dns, [trio[0].endpoint], admin=False)
+    cfg["upstreams"]["u"].pop("dns")
+    cfg["upstreams"]["gone"] = {"endpoints": [trio[1].endpoint]}
+    async with App(load_dict(cfg, {})) as app:
+        assert metric(app, "sidecar_upstream_endpoints", upstream="gone", state="active") == 1
+        del cfg["upstreams"]["gone"]
+        assert app.apply(load_dict(cfg, {}))
+        names = {
+            s.labels.get("upstream")
+            for family in app.telemetry.metrics.registry.collect()
+            for s in family.samples
+            if s.name in ("sidecar_upstream_endpoints", "sidecar_endpoint_ejected")
+        }
+        assert names == {"u"}
