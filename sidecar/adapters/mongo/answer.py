@@ -30,6 +30,8 @@ no connection to the upstream could be made             133  FailedToSatisfyRead
 the upstream connection broke after the command went    9001 SocketException
 the upstream refused the sidecar's credentials          18   AuthenticationFailed
 the app tried to authenticate to the sidecar            18   AuthenticationFailed
+an OP_QUERY whose document is not BSON                  22   InvalidBSON
+an OP_QUERY for anything but hello/isMaster             352  UnsupportedOpQueryCommand
 a command whose maxTimeMS cannot be set                 2    BadValue
 a bug in the sidecar while it carried the command        1    InternalError
 admission refused the command (request rate, tickets)   462  IngressRequestRateLimitExceeded   SystemOverloadedError,
@@ -60,7 +62,7 @@ from ...runtime import Delivery
 from . import wire
 from .classify import OVERLOADED_LABEL, RETRYABLE_LABEL, RETRYABLE_WRITE_LABEL, Failure, labels_of
 from .commands import Command
-from .topology import Topology
+from .members import Members
 
 _KEEP_TYPES = CodecOptions(document_class=dict, tz_aware=True)
 STRIPPED = frozenset({RETRYABLE_LABEL, RETRYABLE_WRITE_LABEL})
@@ -157,10 +159,34 @@ def ok_doc() -> bytes:
     return bson.encode({"ok": 1.0})
 
 
+_AUTH_REFUSED = (
+    "retry-sidecar does not authenticate applications: it authenticates to the upstream itself "
+    "(upstreams.<name>.auth). Connect to the sidecar without credentials."
+)
+
+
+def auth_refused_doc() -> bytes:
+    """The app tried to log in to a listener without ``app_auth``."""
+    return error_doc(18, "AuthenticationFailed", _AUTH_REFUSED)
+
+
+def invalid_query_doc(error: Exception) -> bytes:
+    """A legacy OP_QUERY whose framing held but whose document is not BSON."""
+    return error_doc(22, "InvalidBSON", f"the OP_QUERY document is not valid BSON: {error}")
+
+
+def unsupported_query_doc(name: str) -> bytes:
+    """A legacy OP_QUERY for anything but the handshake."""
+    return error_doc(
+        352, "UnsupportedOpQueryCommand", f"OP_QUERY is only accepted for hello/isMaster, not {name!r}"
+    )
+
+
 def for_finish(
-    topology: Topology, upstream: str, keep_labels: bool, cmd: Command, msg: wire.Msg, delivery: Delivery
+    members: Members, upstream: str, keep_labels: bool, cmd: Command, msg: wire.Msg, delivery: Delivery
 ) -> tuple[bytes | None, str | None]:
     """The body to send the app, and the error (for the request span) if it is not a success.
+    ``members``: the upstream's servers as monitoring sees them (to say why none fits);
     ``keep_labels``: the policy's ``final_error_labels: keep``."""
     f = delivery.finish
     payload = delivery.payload
@@ -173,7 +199,7 @@ def for_finish(
     if f.reason is Reason.INTERNAL:
         return error_doc(1, "InternalError", "retry-sidecar: internal error (logged)"), "internal-error"
     if f.reason is Reason.NO_ENDPOINT:
-        return no_server_doc(topology.describe_unselectable(cmd.read_preference)), "no-endpoint"
+        return no_server_doc(members.describe_unselectable(cmd.read_preference, upstream)), "no-endpoint"
     if payload is None:  # the attempt failed inside the sidecar (logged by the runtime)
         detail = f.outcome.detail if f.outcome is not None else f.reason.value
         return error_doc(1, "InternalError", f"retry-sidecar: {detail}"), detail

@@ -1,6 +1,7 @@
 """One command from the app, carried to the upstream under the policy: routing (read preference, cursor and
 transaction pins), the engine driven to its finish through ``attempt.py``, the pins it leaves, and the app's
-answer (``answer.py``).
+answer (``answer.py``). ``endSessions`` is answered at once and passed on to every server
+(:func:`end_sessions`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from ...runtime import Delivery, drive
 from ...services import CompiledPolicy, Services, UpstreamRuntime
 from ...telemetry import RequestObserver
 from . import wire
-from .answer import for_finish, refusal_doc
-from .attempt import Attempt, Reply
+from .answer import for_finish, ok_doc, refusal_doc
+from .attempt import Attempt, PassOn, Reply
 from .commands import Command
 from .pinning import Pins
 from .topology import Topology, TopologyPicker
@@ -45,6 +46,7 @@ class Shared:
     listener: str
     server_selection_timeout: float
     way: Way  # the listener's way in (``admit.py``)
+    passing: PassOn  # messages passed on to every server (endSessions)
 
     @property
     def keep_labels(self) -> bool:
@@ -72,7 +74,7 @@ async def forward(up: Shared, msg: wire.Msg, cmd: Command, client: str) -> bytes
         if isinstance(delivery.payload, Refusal):  # the app's deadline ended it (or it wants no reply)
             delivery = Delivery(delivery.finish, None)
         _remember(up, cmd, delivery, arrival)
-        body, error = for_finish(up.topology, up.name, up.keep_labels, cmd, msg, delivery)
+        body, error = for_finish(up.topology.members, up.name, up.keep_labels, cmd, msg, delivery)
         obs.end(error)
         return body
 
@@ -122,6 +124,15 @@ async def _enter(up: Shared, cmd: Command, client: str, arrival: float, refuser:
             check=topology.request_check,
         ),
     )
+
+
+def end_sessions(up: Shared, msg: wire.Msg, body: RawBSONDocument) -> bytes:
+    """Answer ``endSessions`` at once; forget the sessions' transaction pins; tell every reachable server."""
+    ids = body.get("endSessions")
+    if isinstance(ids, list):
+        up.pins.sessions_ended(d.raw for d in ids if isinstance(d, RawBSONDocument))
+    up.passing.send([e for e, state in up.topology.servers.items() if state.up], msg)
+    return ok_doc()
 
 
 class _Refuser:

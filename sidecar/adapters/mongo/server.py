@@ -27,10 +27,11 @@ from ...services import Services
 from ..acceptor import Acceptor
 from ..connections import Connections
 from . import answer, wire
+from .attempt import PassOn
 from .commands import AUTH, HELLO, RAW, describe
 from .connection import AppConnection, Limits
 from .pinning import Pins
-from .request import Shared, forward
+from .request import Shared, end_sessions, forward
 from .topology import Topology
 from .upstream import Pools, Settings
 
@@ -41,10 +42,6 @@ SERVER_SELECTION_TIMEOUT = 10.0
 #: Pooled upstream connections idle this long are closed (a burst's extra connections do not stay forever).
 POOL_IDLE_TIMEOUT = 30.0
 SWEEP_EVERY = 1.0
-_AUTH_REFUSED = (
-    "retry-sidecar does not authenticate applications: it authenticates to the upstream itself "
-    "(upstreams.<name>.auth). Connect to the sidecar without credentials."
-)
 
 
 class MongoListener:
@@ -58,23 +55,24 @@ class MongoListener:
         topology = Topology(config.upstream, ucfg.endpoints, settings, ucfg.replica_set)
         assert config.policy is not None  # the loader fills in the protocol's preset
         policy = services.policy(config.policy)
+        pools = Pools(settings)
         self.up = Shared(
             name=config.upstream,
             runtime=runtime,
             topology=topology,
-            pools=Pools(settings),
+            pools=pools,
             pins=Pins(),
             policy=policy,
             services=services,
             listener=config.name,
             server_selection_timeout=SERVER_SELECTION_TIMEOUT,
             way=Way(services, config.name, "mongodb", policy, runtime),
+            passing=PassOn(pools, settings.connect_timeout),
         )
         self._server: Acceptor | None = None
         self._limits = _limits(config)
         self._connections: Connections[AppConnection] = Connections(config.name, log)
         self._conn_ids = itertools.count(1)
-        self._background: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.TimerHandle | None = None
         self._gate: AcceptGate | None = None  # the connection gate (admission.connections), set by start()
 
@@ -152,8 +150,7 @@ class MongoListener:
         if self._gate is not None:
             self._gate.close()
         await self._connections.drain(grace)
-        for t in list(self._background):
-            t.cancel()
+        self.up.passing.cancel()
         await self.up.topology.stop()
         self.up.pools.close()
         if self._server is not None:
@@ -191,9 +188,9 @@ class MongoListener:
         if name in HELLO:
             return answer.hello_reply(body, self.up.topology.facts(), conn_id)
         if name in AUTH:
-            return answer.error_doc(18, "AuthenticationFailed", _AUTH_REFUSED)
+            return answer.auth_refused_doc()
         if name == "endSessions":
-            return self._end_sessions(msg, body)
+            return end_sessions(self.up, msg, body)
         return await forward(self.up, msg, cmd, host)
 
     def _legacy(self, conn_id: int, header: wire.Header, q: wire.Query) -> bytes:
@@ -213,42 +210,10 @@ class MongoListener:
                 conn_id,
                 e,
             )
-            body = answer.error_doc(22, "InvalidBSON", f"the OP_QUERY document is not valid BSON: {e}")
-            return wire.encode_reply(wire.next_request_id(), header.request_id, [body])
+            return wire.encode_reply(wire.next_request_id(), header.request_id, [answer.invalid_query_doc(e)])
         if not hello:
-            body = answer.error_doc(
-                352,
-                "UnsupportedOpQueryCommand",
-                f"OP_QUERY is only accepted for hello/isMaster, not {name!r}",
-            )
+            body = answer.unsupported_query_doc(name)
         return wire.encode_reply(wire.next_request_id(), header.request_id, [body])
-
-    def _end_sessions(self, msg: wire.Msg, body: RawBSONDocument) -> bytes:
-        """Answer at once; forget the sessions' transaction pins; tell every reachable server."""
-        ids = body.get("endSessions")
-        if isinstance(ids, list):
-            self.up.pins.sessions_ended(d.raw for d in ids if isinstance(d, RawBSONDocument))
-        for endpoint, state in self.up.topology.servers.items():
-            if state.up:
-                task = asyncio.get_running_loop().create_task(self._pass_on(endpoint, msg))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
-        return answer.ok_doc()
-
-    async def _pass_on(self, endpoint: str, msg: wire.Msg) -> None:
-        pool = self.up.pools.get(endpoint)
-        try:
-            conn = await pool.acquire()
-        except Exception:
-            return
-        rid = wire.next_request_id()
-        try:
-            async with asyncio.timeout(self.settings.connect_timeout):
-                await conn.roundtrip(wire.encode_msg(rid, 0, 0, msg.sections), rid)
-        except BaseException:
-            pool.discard(conn)
-            return
-        pool.release(conn)
 
 
 def _limits(config: MongoListenerConfig) -> Limits:

@@ -1,6 +1,6 @@
 """Monitoring an upstream: a monitor per server sends its own ``hello`` (with ``backpressure: true``) every
 ``heartbeat`` seconds, or soon after a request saw the server fail; ``members.py`` turns the answers into
-which servers may take which command. Requests wait here for a server that fits (an election ending).
+which servers may take which command.
 
 ``TopologyPicker`` is the engine's endpoint picker for one request: each pick asks the topology which
 servers fit now (so a retry after an election goes to the new primary) and lets the upstream's balancer
@@ -47,7 +47,6 @@ class Topology:
         self.members = Members(endpoints, replica_set)
         self._monitors: dict[str, asyncio.Task[None]] = {}
         self._wakeups: dict[str, asyncio.Event] = {}
-        self._changed = asyncio.Event()
         self._first_round = asyncio.Event()
         self._checked: set[str] = set()
 
@@ -134,32 +133,12 @@ class Topology:
         self._checked.add(endpoint)
         if self._checked >= set(self.members.seeds):
             self._first_round.set()
-        if seen.changed:
-            if seen.primary_changed and self.replica_set is not None:
-                log.info("upstream %s: primary is now %s", self.name, self.members.primary)
-            self._changed.set()
-            self._changed = asyncio.Event()
+        if seen.primary_changed and self.replica_set is not None:
+            log.info("upstream %s: primary is now %s", self.name, self.members.primary)
 
     # -- selection -------------------------------------------------------------------------------------
     def eligible(self, rp: ReadPreference) -> list[str]:
         return self.members.eligible(rp)
-
-    async def wait_selectable(self, rp: ReadPreference, timeout: float) -> bool:
-        """Wait until some server fits ``rp`` (an election ends), at most ``timeout`` seconds."""
-        members = self.members
-        if members.eligible(rp):
-            return True
-        self.request_check()
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout
-        while not members.eligible(rp):
-            left = end - loop.time()
-            if left <= 0:
-                return False
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(left):
-                    await self._changed.wait()
-        return True
 
     def describe_unselectable(self, rp: ReadPreference) -> str:
         return self.members.describe_unselectable(rp, self.name)
