@@ -59,6 +59,7 @@ from bson.raw_bson import RawBSONDocument
 from ...admission.refusal import Refusal
 from ...policy import Reason
 from ...runtime import Delivery
+from ...telemetry import RequestObserver
 from . import wire
 from .classify import OVERLOADED_LABEL, RETRYABLE_LABEL, RETRYABLE_WRITE_LABEL, Failure, labels_of
 from .commands import Command
@@ -115,6 +116,18 @@ def refusal_doc(refusal: Refusal) -> bytes:
         f"retry-sidecar: {refusal.message}",
         (OVERLOADED_LABEL, RETRYABLE_LABEL),
     )
+
+
+class Refused:
+    """A command the door refused (an ``admit.Refuser``): the error document to reply with (code 462)."""
+
+    __slots__ = ("body",)
+
+    def __init__(self) -> None:
+        self.body: bytes | None = None
+
+    def refused(self, refusal: Refusal, obs: RequestObserver) -> None:
+        self.body = refusal_doc(refusal)
 
 
 def without_retry_labels(body: RawBSONDocument) -> bytes | None:

@@ -6,7 +6,7 @@ answer, nothing is retried) go out here too (:class:`PassOn`).
 
 A server that failed (unreachable, a broken connection, "not primary") is marked in the topology and the
 result reported at once: the engine decides, and a retry that finds no server fitting yet (an election) waits
-for one on the engine's own timer (``TopologyPicker.ready_at``), not hidden inside this attempt.
+for one on the engine's own timer (``upstream.balancer.FittingPicker.ready_at``), not hidden inside this attempt.
 """
 
 from __future__ import annotations

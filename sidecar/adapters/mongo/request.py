@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from functools import partial
 
 from bson.raw_bson import RawBSONDocument
 
@@ -16,13 +17,13 @@ from ...admission.refusal import Refusal
 from ...admit import Begun, Way, enter, ticket_refusal
 from ...runtime import Delivery, drive
 from ...services import CompiledPolicy, Services, UpstreamRuntime
-from ...telemetry import RequestObserver
+from ...upstream.balancer import FittingPicker
 from . import wire
-from .answer import for_finish, ok_doc, refusal_doc
+from .answer import Refused, for_finish, ok_doc, refusal_doc
 from .attempt import Attempt, PassOn, Reply
 from .commands import Command
 from .pinning import Pins
-from .topology import Topology, TopologyPicker
+from .topology import Topology
 from .upstream import Pools
 
 _CURSOR_REPLIES = frozenset({"find", "aggregate", "getMore", "listCollections", "listIndexes"})
@@ -57,7 +58,7 @@ async def forward(up: Shared, msg: wire.Msg, cmd: Command, client: str) -> bytes
     """Carry one command from ``client`` (its IP address); return the reply's body to send the app
     (``None``: no reply)."""
     arrival = asyncio.get_running_loop().time()
-    refuser = _Refuser()
+    refuser = Refused()
     begun = await _enter(up, cmd, client, arrival, refuser)
     if begun is None:
         return refuser.body  # refused at the door: code 462, overloaded and retryable
@@ -79,7 +80,7 @@ async def forward(up: Shared, msg: wire.Msg, cmd: Command, client: str) -> bytes
         return body
 
 
-async def _enter(up: Shared, cmd: Command, client: str, arrival: float, refuser: _Refuser) -> Begun | None:
+async def _enter(up: Shared, cmd: Command, client: str, arrival: float, refuser: Refused) -> Begun | None:
     """The command's way in: its deadline (``maxTimeMS``; without it the policy's default is the sidecar's
     own bound, counted from arrival: the command came whole), its pins (a cursor's or a transaction's
     endpoint), hedging only for retryable reads, servers that fit its read preference."""
@@ -116,12 +117,12 @@ async def _enter(up: Shared, cmd: Command, client: str, arrival: float, refuser:
         if policy.engine.hedging is not None and not cmd.retryable_read
         else None,
         max_attempts=max_attempts,
-        picker=TopologyPicker(
+        picker=FittingPicker(
             up.runtime.balancer,
-            lambda: topology.eligible(rp),
+            partial(topology.eligible, rp),
             up.server_selection_timeout,
             retries_wait=topology.replica_set is not None,
-            check=topology.request_check,
+            look=topology.request_check,
         ),
     )
 
@@ -133,18 +134,6 @@ def end_sessions(up: Shared, msg: wire.Msg, body: RawBSONDocument) -> bytes:
         up.pins.sessions_ended(d.raw for d in ids if isinstance(d, RawBSONDocument))
     up.passing.send([e for e, state in up.topology.servers.items() if state.up], msg)
     return ok_doc()
-
-
-class _Refuser:
-    """A command the door refused (an ``admit.Refuser``): the error document to reply with (code 462)."""
-
-    __slots__ = ("body",)
-
-    def __init__(self) -> None:
-        self.body: bytes | None = None
-
-    def refused(self, refusal: Refusal, obs: RequestObserver) -> None:
-        self.body = refusal_doc(refusal)
 
 
 def _remember(up: Shared, cmd: Command, delivery: Delivery, now: float) -> None:

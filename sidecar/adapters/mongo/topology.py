@@ -2,9 +2,9 @@
 ``heartbeat`` seconds, or soon after a request saw the server fail; ``members.py`` turns the answers into
 which servers may take which command.
 
-``TopologyPicker`` is the engine's endpoint picker for one request: each pick asks the topology which
-servers fit now (so a retry after an election goes to the new primary) and lets the upstream's balancer
-rank them.
+A request's endpoint picker (``upstream.balancer.FittingPicker``) asks :meth:`Topology.eligible` which
+servers fit it now (so a retry after an election goes to the new primary), and the upstream's balancer ranks
+them.
 """
 
 from __future__ import annotations
@@ -12,12 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from ...policy import EndpointPicker
-from ...upstream.balancer import Balancer
 from .commands import ReadPreference
 from .members import Members, ServerState
 from .upstream import ConnectFailure, Connection, Settings, connect, hello_command
@@ -25,9 +22,6 @@ from .upstream import ConnectFailure, Connection, Settings, connect, hello_comma
 log = logging.getLogger("sidecar.mongo.topology")
 
 HEARTBEAT = 10.0
-#: While no server fits a retry (an election), how often the engine asks the picker again.
-SELECTION_POLL = 0.02
-INF = math.inf
 MIN_HEARTBEAT = 0.5
 
 
@@ -145,77 +139,3 @@ class Topology:
 
     def facts(self) -> dict[str, Any]:
         return self.members.facts()
-
-
-class TopologyPicker(EndpointPicker):
-    """The engine's endpoint picker for one request: the topology says which servers fit, the balancer
-    ranks them. Fixed ``candidates`` (a pinned cursor or transaction) bypass the topology. Results are not
-    passed on to outlier detection (``observe``): the topology's monitoring already takes unusable members
-    out, and a replica set's primary cannot be ejected.
-
-    When no server fits, the engine waits on its own timer (``ready_at``): a first attempt for up to
-    ``selection_timeout`` (the driver's server selection loop; the monitor is asked to look at once), a retry
-    only where ``retries_wait`` (a replica set electing a primary; a mongos that failed is not waited for)."""
-
-    __slots__ = (
-        "balancer",
-        "eligible",
-        "selection_timeout",
-        "retries_wait",
-        "check",
-        "picked",
-        "selecting_since",
-    )
-
-    def __init__(
-        self,
-        balancer: Balancer,
-        eligible: Callable[[], list[str]],
-        selection_timeout: float = 0.0,
-        retries_wait: bool = False,
-        check: Callable[[], None] | None = None,
-    ) -> None:
-        self.balancer = balancer
-        self.eligible = eligible
-        self.selection_timeout = selection_timeout
-        self.retries_wait = retries_wait
-        self.check = check  # ask the topology's monitor to look now
-        self.picked = False  # an attempt went out: a later wait is a retry's
-        self.selecting_since = INF  # when the current wait for a fitting server began (inf: none)
-
-    def pick(
-        self,
-        now: float,
-        rand: Callable[[], float],
-        candidates: Sequence[str] | None = None,
-        avoid: Collection[str] = (),
-        deprioritized: Collection[str] = (),
-    ) -> str | None:
-        pool = candidates if candidates is not None else self.eligible()
-        endpoint = self.balancer.pick(now, rand, pool, avoid, deprioritized)
-        if endpoint is not None:
-            self.selecting_since = INF
-            self.picked = True
-        return endpoint
-
-    def ready_at(self, now: float) -> float:
-        """No server fits (no primary during an election, every member unknown): the engine looks again in
-        ``SELECTION_POLL`` seconds, for up to ``selection_timeout``."""
-        if self.picked and not self.retries_wait:
-            return INF
-        if self.selecting_since == INF:
-            self.selecting_since = now
-            if self.check is not None:
-                self.check()
-        if now - self.selecting_since >= self.selection_timeout:
-            return INF
-        return now + SELECTION_POLL
-
-    def started(self, endpoint: str) -> None:
-        self.balancer.started(endpoint)
-
-    def finished(self, endpoint: str) -> None:
-        self.balancer.finished(endpoint)
-
-    def penalize(self, endpoint: str, now: float) -> None:
-        self.balancer.penalize(endpoint, now)
