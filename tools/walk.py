@@ -16,6 +16,10 @@ Python call into a ``sidecar/`` file while one command's bytes go in and its rep
   calling back into a caller's file);
 * telemetry (``sidecar/telemetry/``) observes and is counted apart.
 
+Modules compiled with mypyc make no Python frames, so the profiler cannot see them: the figures in
+docs/ARCHITECTURE.md are from a pure Python build (``SIDECAR_NATIVE=0 make install``); compiled, the walk
+looks shorter (the tool says so).
+
 ``--all`` prints every stay in order; ``--check`` exits 1 when a file is entered more than twice or a
 stay climbs back up (``tests/integration/mongo/test_walk.py``).
 """
@@ -38,6 +42,7 @@ import bson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sidecar import native  # noqa: E402
 from sidecar.adapters.mongo import wire  # noqa: E402
 from sidecar.app import App  # noqa: E402
 from sidecar.config import load_dict  # noqa: E402
@@ -197,6 +202,8 @@ def main() -> None:
     p.add_argument("--all", action="store_true", help="print every stay in order")
     p.add_argument("--check", action="store_true", help="exit 1 unless every walk keeps the rule")
     args = p.parse_args()
+    if native.compiled():
+        print("(compiled modules are invisible to the profiler: their stays are missing below)")
     endpoint, stop = _server_thread()
     try:
         kept = [
