@@ -95,6 +95,7 @@ def load_dict(tree: Any, environ: Mapping[str, str] | None = None, source: str =
         config = None
     errors.extend(_references(tree, user_policies))
     errors.extend(_endpoint_rules(tree))
+    errors.extend(_uri_rules(tree))
     errors.extend(misplaced_keys)
     if config is not None:
         errors.extend(_buffer_bounds(config))
@@ -177,6 +178,50 @@ def _endpoint_rules(tree: dict[str, Any]) -> ErrorList:
                     f"{base}.dns",
                     "no endpoint of this upstream is a name (all are IP addresses): nothing to resolve",
                 )
+            )
+    return errors
+
+
+#: An upstream key and the URI options that set it too (``None``: the URI always does).
+_URI_KEYS: dict[str, tuple[str, ...] | None] = {
+    "endpoints": None,
+    "replica_set": ("replicaSet",),
+    "tls": ("tls", "ssl", "tlsCAFile", "tlsCertificateKeyFile", "tlsInsecure", "tlsAllowInvalidCertificates"),
+    "auth": ("authSource", "authMechanism"),
+    "compressors": ("compressors",),
+    "connect_timeout": ("connectTimeoutMS",),
+    "max_connections": ("maxPoolSize",),
+}
+
+
+def _uri_rules(tree: dict[str, Any]) -> ErrorList:
+    """A key given both in an upstream's ``uri`` and explicitly is an error (which one would win is
+    nobody's guess)."""
+    from .mongo_uri import parse
+
+    errors: ErrorList = []
+    upstreams = tree.get("upstreams") if isinstance(tree.get("upstreams"), dict) else {}
+    for name, up in upstreams.items():
+        if not isinstance(up, dict) or not isinstance(up.get("uri"), str):
+            continue
+        try:
+            u = parse(up["uri"])
+        except ValueError:
+            continue  # the schema names it
+        for key, options in _URI_KEYS.items():
+            if up.get(key) is None:
+                continue
+            if options is None:
+                by = f"the {'SRV name' if u.srv else 'hosts'} it names"
+            else:
+                written = [o for o in options if u.sets(o)]
+                if key == "auth" and u.username is not None:
+                    written.insert(0, "credentials")
+                if not written:
+                    continue
+                by = ", ".join(written)
+            errors.append(
+                (join(join("upstreams", name), key), f"also given by uri ({by}): give it in one place")
             )
     return errors
 
