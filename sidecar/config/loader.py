@@ -99,6 +99,7 @@ def load_dict(tree: Any, environ: Mapping[str, str] | None = None, source: str =
     errors.extend(misplaced_keys)
     if config is not None:
         errors.extend(_buffer_bounds(config))
+        errors.extend(_app_auth_rules(config))
     if errors:
         # A message may quote a value (``'x' is not a duration``): never a secret one.
         redactor = Redactor(expansions, secret_key_values(tree))
@@ -264,6 +265,24 @@ def _buffer_bounds(config: Config) -> ErrorList:
         for i, lst in enumerate(config.listeners)
         if lst.protocol == "mongodb" and lst.max_message_size > cap
     ]
+
+
+def _app_auth_rules(config: Config) -> ErrorList:
+    """``app_auth`` without ``users`` takes the upstream's own user: there must be one."""
+    errors: ErrorList = []
+    for i, lst in enumerate(config.listeners):
+        if lst.protocol != "mongodb" or lst.app_auth is None or lst.app_auth.users is not None:
+            continue
+        up = config.upstreams.get(lst.upstream)
+        if up is not None and up.auth is None:
+            errors.append(
+                (
+                    f"listeners[{i}].app_auth.users",
+                    f"not given, and upstream {lst.upstream!r} has no login of its own to take the user from "
+                    "(credentials in its uri, or auth): list who may log in",
+                )
+            )
+    return errors
 
 
 def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:

@@ -540,11 +540,50 @@ class GrpcListenerConfig(ListenerBase):
     unary_requests: list[str] = []
 
 
+class AppUserConfig(Base):
+    """One user who may log in to a MongoDB listener (``app_auth.users``); its commands go upstream over
+    connections logged in as this same user (when the upstream has a login at all)."""
+
+    username: str = Field(min_length=1)
+    password: str = Field(json_schema_extra={"secret": True})
+    source: str = Field("admin", min_length=1)
+
+
+class AppAuthConfig(Base):
+    """The app's own login, verified by the sidecar with SCRAM (``adapters/mongo/login.py``).
+    ``users`` absent: the upstream's own user (its ``uri`` or ``auth``)."""
+
+    users: list[AppUserConfig] | None = None
+    allow_unauthenticated: bool = False  # a connection that never logs in acts as the upstream's identity
+
+    @field_validator("users")
+    @classmethod
+    def _distinct(cls, v: list[AppUserConfig] | None) -> list[AppUserConfig] | None:
+        seen: set[tuple[str, str]] = set()
+        for u in v or ():
+            if (u.source, u.username) in seen:
+                raise ValueError(f"user {u.username!r} (source {u.source!r}) is listed twice")
+            seen.add((u.source, u.username))
+        return v
+
+
+class ListenerTlsConfig(Base):
+    """TLS on a listener: its certificate (``cert_file``, with ``key_file`` unless the key is in the same
+    PEM); with ``ca_file``, every client must present a certificate that CA signed."""
+
+    cert_file: str
+    key_file: str | None = None
+    ca_file: str | None = None
+
+
 class MongoListenerConfig(ListenerBase):
     protocol: Literal["mongodb"]
     max_message_size: Size = 48 * 1000 * 1000
     idle_timeout: Duration = Field(600.0, gt=0)  # no request and no partial message this long: closed
     message_timeout: Duration = Field(30.0, gt=0)  # a message begun must be complete this soon: closed
+    app_auth: AppAuthConfig | None = None  # None: the app may not log in (code 18), as before
+    tls: ListenerTlsConfig | None = None
+    compressors: list[Compressor] = []  # offered to the app, in this order of preference
 
 
 ListenerConfig = Annotated[

@@ -94,3 +94,34 @@ def test_an_intake_transition_it_does_not_have_raises() -> None:
         s.starve()
     with pytest.raises(InvalidTransition, match="drained is not a transition from state 'starved'"):
         s.drained()
+
+
+def test_the_app_login_walks_its_states() -> None:
+    """``login.Login``: NONE -> CONVERSING -> DONE through a real SCRAM exchange (our client against the
+    sidecar's server side), a failed proof back to NONE, an unknown user failing only at the end."""
+    from sidecar.adapters.mongo.login import AppUser, AppUsers, Login, LoginFailed, Phase
+    from sidecar.adapters.mongo.scram import ScramClient
+
+    users = AppUsers([AppUser("orders", "pw-orders", "admin")])
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-1"):
+        login = Login(users)
+        assert login.phase is Phase.NONE and not login.allows("find") and login.allows("ping")
+        client = ScramClient(mechanism, "orders", "pw-orders")
+        step = login.start("admin", mechanism, client.first(), skip_empty=False)
+        assert login.phase is Phase.CONVERSING and not step.done
+        step = login.proceed(step.conversation, client.final(step.payload))
+        client.verify(step.payload)
+        assert not step.done and login.phase is Phase.CONVERSING  # the empty last step is still to come
+        assert login.proceed(step.conversation, b"").done
+        assert login.phase is Phase.DONE and login.user == AppUser("orders", "pw-orders", "admin")
+        assert login.allows("find")
+
+    for user, password in [("orders", "wrong"), ("nobody", "pw-orders")]:
+        login = Login(users)
+        client = ScramClient("SCRAM-SHA-256", user, password)
+        step = login.start("admin", "SCRAM-SHA-256", client.first(), skip_empty=True)  # no hint yet
+        with pytest.raises(LoginFailed, match=f"admin.{user}"):
+            login.proceed(step.conversation, client.final(step.payload))
+        assert login.phase is Phase.NONE and login.user is None
+    with pytest.raises(LoginFailed):  # saslContinue with no exchange begun: the app's mistake
+        Login(users).proceed(1, b"")

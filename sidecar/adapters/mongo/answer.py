@@ -29,7 +29,9 @@ no server fits the command (no primary, no secondary)   133  FailedToSatisfyRead
 no connection to the upstream could be made             133  FailedToSatisfyReadPreference     SystemOverloadedError
 the upstream connection broke after the command went    9001 SocketException
 the upstream refused the sidecar's credentials          18   AuthenticationFailed
-the app tried to authenticate to the sidecar            18   AuthenticationFailed
+the app tried to log in to a listener without app_auth  18   AuthenticationFailed
+the app's login failed (after the full exchange)        18   AuthenticationFailed
+a command before the login (app_auth)                   13   Unauthorized
 an OP_QUERY whose document is not BSON                  22   InvalidBSON
 an OP_QUERY for anything but hello/isMaster             352  UnsupportedOpQueryCommand
 a command whose maxTimeMS cannot be set                 2    BadValue
@@ -144,9 +146,15 @@ def without_retry_labels(body: RawBSONDocument) -> bytes | None:
     return bson.encode(doc)
 
 
-def hello_reply(request: Mapping[str, Any], facts: Mapping[str, Any], connection_id: int) -> bytes:
+def hello_reply(
+    request: Mapping[str, Any],
+    facts: Mapping[str, Any],
+    connection_id: int,
+    extra: Mapping[str, Any] | None = None,
+) -> bytes:
     """The sidecar's answer to ``hello``/``isMaster``: a mongos with the upstream's limits, no
-    ``topologyVersion`` (so drivers poll instead of streaming), no compression, no auth mechanisms."""
+    ``topologyVersion`` (so drivers poll instead of streaming); ``extra``: what this connection negotiated
+    (``compression``, ``saslSupportedMechs``, ``speculativeAuthenticate``)."""
     legacy = "hello" not in request
     doc: dict[str, Any] = {"ismaster" if legacy else "isWritablePrimary": True}
     if request.get("helloOk"):
@@ -164,6 +172,8 @@ def hello_reply(request: Mapping[str, Any], facts: Mapping[str, Any], connection
     )
     if facts.get("logicalSessionTimeoutMinutes") is not None:
         doc["logicalSessionTimeoutMinutes"] = facts["logicalSessionTimeoutMinutes"]
+    if extra:
+        doc.update(extra)
     doc["ok"] = 1.0
     return bson.encode(doc)
 
@@ -181,6 +191,26 @@ _AUTH_REFUSED = (
 def auth_refused_doc() -> bytes:
     """The app tried to log in to a listener without ``app_auth``."""
     return error_doc(18, "AuthenticationFailed", _AUTH_REFUSED)
+
+
+def auth_failed_doc() -> bytes:
+    """A login that failed, after the full exchange: the same whatever was wrong (mongod's words)."""
+    return error_doc(18, "AuthenticationFailed", "Authentication failed.")
+
+
+def unauthorized_doc(command: str) -> bytes:
+    """A command before a login, on a listener with ``app_auth``."""
+    return error_doc(13, "Unauthorized", f"command {command} requires authentication")
+
+
+def sasl_doc(conversation: int, done: bool, payload: bytes) -> dict[str, Any]:
+    """One step of a SASL exchange (the reply to saslStart/saslContinue, or hello's
+    ``speculativeAuthenticate``)."""
+    return {"conversationId": conversation, "done": done, "payload": bson.Binary(payload)}
+
+
+def sasl_reply(conversation: int, done: bool, payload: bytes) -> bytes:
+    return bson.encode({**sasl_doc(conversation, done, payload), "ok": 1.0})
 
 
 def invalid_query_doc(error: Exception) -> bytes:

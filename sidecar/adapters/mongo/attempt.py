@@ -122,20 +122,19 @@ class PassOn:
     at most ``timeout`` seconds; the replies are read and dropped, and a failure only closes its connection.
     ``cancel`` (the listener stops) ends the ones still out."""
 
-    def __init__(self, pools: Pools, timeout: float) -> None:
-        self.pools = pools
+    def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def send(self, endpoints: list[str], msg: wire.Msg) -> None:
+    def send(self, pools: Pools, endpoints: list[str], msg: wire.Msg) -> None:
         loop = asyncio.get_running_loop()
         for endpoint in endpoints:
-            task = loop.create_task(self._one(endpoint, msg))
+            task = loop.create_task(self._one(pools, endpoint, msg))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _one(self, endpoint: str, msg: wire.Msg) -> None:
-        pool = self.pools.get(endpoint)
+    async def _one(self, pools: Pools, endpoint: str, msg: wire.Msg) -> None:
+        pool = pools.get(endpoint)
         try:
             conn = await pool.acquire()
         except Exception:

@@ -37,12 +37,13 @@ from ..connections import Connections
 from ..transitions import InvalidTransition
 from . import wire
 from .commands import CommandError
+from .login import Login
 from .patch import PatchError
 
 log = logging.getLogger("sidecar.mongo")
 
-#: (connection id, the app's address, header, payload) -> the reply to write (``None``: none)
-Handler = Callable[[int, str, wire.Header, bytes], Awaitable[bytes | None]]
+#: (the connection, header, payload) -> the reply to write (``None``: none)
+Handler = Callable[["AppConnection", wire.Header, bytes], Awaitable[bytes | None]]
 _QUEUE_LIMIT = 16
 _BAD_INPUT = (wire.ProtocolError, CommandError, PatchError)
 
@@ -187,8 +188,10 @@ class AppConnection(asyncio.Protocol):
         connections: Connections[AppConnection],
         budget: BufferBudget,
         on_closed: Callable[[], None] = lambda: None,
+        login: Login | None = None,
     ) -> None:
         self.conn_id = conn_id
+        self.login = login  # the app's own login (app_auth), driven by the listener
         self.handler = handler
         self.limits = limits
         self.max_size = limits.max_size
@@ -363,7 +366,7 @@ class AppConnection(asyncio.Protocol):
                     self._pause(state.drained)
                 state.begin()
                 try:
-                    out = await self.handler(self.conn_id, self.host, header, payload)
+                    out = await self.handler(self, header, payload)
                 finally:
                     phase = state.answered()
                     del payload

@@ -22,9 +22,10 @@ from . import wire
 from .answer import Refused, for_finish, ok_doc, refusal_doc
 from .attempt import Attempt, PassOn, Reply
 from .commands import Command
+from .login import AppUser
 from .pinning import Pins
 from .topology import Topology
-from .upstream import Pools
+from .upstream import Logins
 
 _CURSOR_REPLIES = frozenset({"find", "aggregate", "getMore", "listCollections", "listIndexes"})
 #: Commands neither the door nor the ticket gate limits (the seed's kExempt: they keep the system observable
@@ -40,7 +41,7 @@ class Shared:
     name: str
     runtime: UpstreamRuntime
     topology: Topology
-    pools: Pools
+    logins: Logins  # the upstream pools of each login
     pins: Pins
     policy: CompiledPolicy
     services: Services
@@ -54,9 +55,9 @@ class Shared:
         return self.policy.config.final_error_labels == "keep"
 
 
-async def forward(up: Shared, msg: wire.Msg, cmd: Command, client: str) -> bytes | None:
-    """Carry one command from ``client`` (its IP address); return the reply's body to send the app
-    (``None``: no reply)."""
+async def forward(up: Shared, msg: wire.Msg, cmd: Command, client: str, user: AppUser | None) -> bytes | None:
+    """Carry one command from ``client`` (its IP address), as ``user`` (who logged in to the listener;
+    ``None``: the upstream's own identity); return the reply's body to send the app (``None``: no reply)."""
     arrival = asyncio.get_running_loop().time()
     refuser = Refused()
     begun = await _enter(up, cmd, client, arrival, refuser)
@@ -65,7 +66,7 @@ async def forward(up: Shared, msg: wire.Msg, cmd: Command, client: str) -> bytes
     obs = begun.obs
     with obs:
         delivery = await drive(
-            begun.call, Attempt(up.pools, up.topology, cmd, msg, obs), obs, gate=begun.gate
+            begun.call, Attempt(up.logins.of(user), up.topology, cmd, msg, obs), obs, gate=begun.gate
         )
         refusal = ticket_refusal(delivery.finish, delivery.payload)
         if refusal is not None and not msg.more_to_come:
@@ -127,12 +128,13 @@ async def _enter(up: Shared, cmd: Command, client: str, arrival: float, refuser:
     )
 
 
-def end_sessions(up: Shared, msg: wire.Msg, body: RawBSONDocument) -> bytes:
-    """Answer ``endSessions`` at once; forget the sessions' transaction pins; tell every reachable server."""
+def end_sessions(up: Shared, msg: wire.Msg, body: RawBSONDocument, user: AppUser | None) -> bytes:
+    """Answer ``endSessions`` at once; forget the sessions' transaction pins; tell every reachable server,
+    as the user whose sessions they are."""
     ids = body.get("endSessions")
     if isinstance(ids, list):
         up.pins.sessions_ended(d.raw for d in ids if isinstance(d, RawBSONDocument))
-    up.passing.send([e for e, state in up.topology.servers.items() if state.up], msg)
+    up.passing.send(up.logins.of(user), [e for e, state in up.topology.servers.items() if state.up], msg)
     return ok_doc()
 
 

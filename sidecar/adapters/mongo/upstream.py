@@ -1,5 +1,6 @@
 """Connections to upstream servers: connect (TLS optional), handshake with ``backpressure: true``, SCRAM
-authentication, one command at a time; and a pool of them per endpoint.
+authentication, one command at a time; a pool of them per endpoint; and a set of pools per login
+(:class:`Logins`: each app user's commands go upstream over connections logged in as that user).
 
 Every failure to get a ready connection is a :class:`ConnectFailure` (stage ``connect``: nothing was sent;
 stage ``auth``: the upstream refused the sidecar's credentials). Failures after a command went out are
@@ -140,8 +141,10 @@ def hello_command(handshake: bool) -> dict[str, Any]:
     return cmd
 
 
-async def connect(endpoint: str, settings: Settings) -> Connection:
-    """A ready connection: TCP (+TLS), ``hello`` with ``backpressure: true``, SCRAM when configured."""
+async def connect(endpoint: str, settings: Settings, auth: AuthConfig | None = None) -> Connection:
+    """A ready connection: TCP (+TLS), ``hello`` with ``backpressure: true``, SCRAM as ``auth`` (default:
+    the upstream's own login, ``settings.auth``)."""
+    auth = settings.auth if auth is None else auth
     host, port = split(endpoint)
     try:
         async with asyncio.timeout(settings.connect_timeout):
@@ -161,8 +164,8 @@ async def connect(endpoint: str, settings: Settings) -> Connection:
             conn.hello = await conn.command(hello_command(handshake=True))
             if conn.hello.get("ok") != 1:
                 raise ConnectFailure("connect", f"hello to {endpoint} failed: {conn.hello.get('errmsg')}")
-            if settings.auth is not None:
-                await authenticate(conn, settings.auth)
+            if auth is not None:
+                await authenticate(conn, auth)
     except TimeoutError:
         conn.close()
         raise ConnectFailure("connect", f"handshake with {endpoint} timed out") from None
@@ -227,9 +230,10 @@ class Pool:
     """Idle connections to one endpoint, at most ``max_connections`` open (waiters queue). The most recently
     used is taken first, so the ones a burst opened age at the other end and ``sweep`` closes them."""
 
-    def __init__(self, endpoint: str, settings: Settings) -> None:
+    def __init__(self, endpoint: str, settings: Settings, auth: AuthConfig | None = None) -> None:
         self.endpoint = endpoint
         self.settings = settings
+        self.auth = auth
         self.idle: collections.deque[Connection] = collections.deque()
         self.slots = asyncio.Semaphore(settings.max_connections)
         self.generation = 0
@@ -243,7 +247,7 @@ class Pool:
                 if not conn.closed and conn.generation == self.generation:
                     return conn
                 conn.close()
-            conn = await connect(self.endpoint, self.settings)
+            conn = await connect(self.endpoint, self.settings, self.auth)
             conn.generation = self.generation
             return conn
         except BaseException:
@@ -282,14 +286,17 @@ class Pool:
 
 
 class Pools:
-    def __init__(self, settings: Settings) -> None:
+    """One login's pools, one per endpoint (``auth``: ``None`` is the upstream's own login, if any)."""
+
+    def __init__(self, settings: Settings, auth: AuthConfig | None = None) -> None:
         self.settings = settings
+        self.auth = auth
         self._pools: dict[str, Pool] = {}
 
     def get(self, endpoint: str) -> Pool:
         pool = self._pools.get(endpoint)
         if pool is None:
-            pool = self._pools[endpoint] = Pool(endpoint, self.settings)
+            pool = self._pools[endpoint] = Pool(endpoint, self.settings, self.auth)
         return pool
 
     def sweep(self, now: float, idle_timeout: float) -> None:
@@ -298,4 +305,40 @@ class Pools:
 
     def close(self) -> None:
         for p in self._pools.values():
+            p.close()
+
+
+class Logins:
+    """The pools of every login the sidecar uses upstream: the upstream's own (``settings.auth``; none
+    without credentials), and one per app user who logged in to the listener (``app_auth``), logged in
+    upstream as that same user with the same mechanism, so that the server's own authorization applies.
+    An upstream without a login has one set of pools for everyone: there is nobody to log in as."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.own = Pools(settings)
+        self._users: dict[tuple[str, str], Pools] = {}
+
+    def of(self, user: Any) -> Pools:
+        """The pools for an app user (``login.AppUser``; ``None``: the upstream's own identity)."""
+        own = self.settings.auth
+        if user is None or own is None:
+            return self.own
+        pools = self._users.get(user.key)
+        if pools is None:
+            auth = AuthConfig(
+                username=user.username, password=user.password, source=user.source, mechanism=own.mechanism
+            )
+            pools = self._users[user.key] = Pools(self.settings, auth)
+        return pools
+
+    def all(self) -> list[Pools]:
+        return [self.own, *self._users.values()]
+
+    def sweep(self, now: float, idle_timeout: float) -> None:
+        for p in self.all():
+            p.sweep(now, idle_timeout)
+
+    def close(self) -> None:
+        for p in self.all():
             p.close()
