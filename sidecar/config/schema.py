@@ -575,6 +575,22 @@ class ListenerTlsConfig(Base):
     key_file: str | None = None
     ca_file: str | None = None
 
+    @model_validator(mode="after")
+    def _loadable(self) -> ListenerTlsConfig:
+        import ssl
+
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as e:
+            raise ValueError(f"cannot load the certificate and key ({self.cert_file}): {e}") from None
+        if self.ca_file is not None:
+            try:
+                ctx.load_verify_locations(self.ca_file)
+            except (OSError, ssl.SSLError) as e:
+                raise ValueError(f"cannot load ca_file {self.ca_file}: {e}") from None
+        return self
+
 
 class MongoListenerConfig(ListenerBase):
     protocol: Literal["mongodb"]

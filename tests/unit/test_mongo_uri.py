@@ -123,3 +123,23 @@ def test_srv_and_txt() -> None:
     assert txt_options("authSource=admin&replicaSet=rs0") == {"authsource": "admin", "replicaset": "rs0"}
     with pytest.raises(ValueError, match="only authSource, replicaSet and loadBalanced"):
         txt_options("w=majority")
+
+
+def test_listener_tls_files_are_checked_at_load(tmp_path: Path) -> None:
+    config = cfg({"endpoints": ["127.0.0.1:27017"]})
+    config["listeners"][0]["tls"] = {"cert_file": str(tmp_path / "missing.pem")}
+    with pytest.raises(ConfigError) as e:
+        load_dict(config, {})
+    assert "listeners[0].tls: cannot load the certificate and key" in str(e.value)
+    config["listeners"][0] = {**config["listeners"][0], "protocol": "http"}
+    with pytest.raises(ConfigError) as e:
+        load_dict(config, {})
+    assert "listeners[0].tls: unknown key" in str(e.value)
+
+
+def test_app_auth_without_users_needs_an_upstream_login() -> None:
+    config = cfg({"endpoints": ["127.0.0.1:27017"]})
+    config["listeners"][0]["app_auth"] = {}
+    with pytest.raises(ConfigError) as e:
+        load_dict(config, {})
+    assert "listeners[0].app_auth.users: not given, and upstream 'db' has no login of its own" in str(e.value)
