@@ -26,6 +26,7 @@ from ...telemetry.observer import RequestObserver
 from . import wire
 from .classify import Failure, classify_failure, classify_reply, classify_sent, server_changed
 from .commands import RAW, Command
+from .compression import NEVER
 from .patch import PatchError, set_number
 from .topology import Topology
 from .upstream import ConnectFailure, Pools
@@ -86,11 +87,12 @@ class Attempt:
                 topology.mark_unknown(sa.endpoint, e.message)
             return AttemptResult(classify_failure(f, cmd), f)
         try:
+            compressible = cmd.name not in NEVER
             if self.msg.more_to_come:
-                await conn.send(message)
+                await conn.send(message, compressible)
                 pool.release(conn)
                 return AttemptResult(classify_sent(), None)
-            header, payload = await conn.roundtrip(message, rid)
+            header, payload = await conn.roundtrip(message, rid, compressible)
             reply = wire.parse_msg(payload, header)
             body = RawBSONDocument(reply.body, RAW)
             body.get("ok")  # inflate now: a malformed body is the connection's fault, not the app's
@@ -142,7 +144,7 @@ class PassOn:
         rid = wire.next_request_id()
         try:
             async with asyncio.timeout(self.timeout):
-                await conn.roundtrip(wire.encode_msg(rid, 0, 0, msg.sections), rid)
+                await conn.roundtrip(wire.encode_msg(rid, 0, 0, msg.sections), rid, compressible=True)
         except BaseException:
             pool.discard(conn)
             return

@@ -31,9 +31,9 @@ from ...gates.accept_gate import AcceptGate
 from ...services import Services
 from ..acceptor import Acceptor
 from ..connections import Connections
-from . import answer, wire
+from . import answer, compression, wire
 from .attempt import PassOn
-from .commands import AUTH, HELLO, RAW, describe
+from .commands import AUTH, HELLO, RAW, Command, describe
 from .connection import AppConnection, Limits
 from .login import AppUser, AppUsers, Login, LoginFailed
 from .pinning import Pins
@@ -179,23 +179,33 @@ class MongoListener:
 
     # -- what each app connection hands over -----------------------------------------------------------
     async def _message(self, conn: AppConnection, header: wire.Header, payload: bytes) -> bytes | None:
+        compressor: str | None = None
+        if header.op_code == wire.OP_COMPRESSED:
+            if not self.config.compressors:
+                raise wire.ProtocolError("OP_COMPRESSED received, but the listener offers no compression")
+            header, payload, compressor = compression.unwrap(
+                header, payload, self._limits.max_size, frozenset(self.config.compressors)
+            )
         op = header.op_code
         if op == wire.OP_MSG:
             msg = wire.parse_msg(payload, header)
-            body = await self._command(conn, msg)
-            if body is None or msg.more_to_come:
+            cmd, body = describe(msg)
+            reply = await self._command(conn, msg, cmd, body)
+            if reply is None or msg.more_to_come:
                 return None
-            return wire.encode_body_msg(wire.next_request_id(), header.request_id, body)
+            out = wire.encode_body_msg(wire.next_request_id(), header.request_id, reply)
+            if compressor is not None and cmd.name not in compression.NEVER:
+                out = compression.wrap(out, compressor)  # as mongod: compressed like the request
+            return out
         if op == wire.OP_QUERY:
-            return self._legacy(conn.conn_id, header, wire.parse_query(payload))
-        if op == wire.OP_COMPRESSED:
-            raise wire.ProtocolError("OP_COMPRESSED received, but the sidecar offered no compression")
+            return self._legacy(conn, header, wire.parse_query(payload))
         raise wire.ProtocolError(
             f"opcode {op} is not one the sidecar accepts (OP_MSG, or OP_QUERY for hello)"
         )
 
-    async def _command(self, conn: AppConnection, msg: wire.Msg) -> bytes | None:
-        cmd, body = describe(msg)
+    async def _command(
+        self, conn: AppConnection, msg: wire.Msg, cmd: Command, body: RawBSONDocument
+    ) -> bytes | None:
         name = cmd.name
         login = conn.login
         if name in HELLO:
@@ -218,9 +228,13 @@ class MongoListener:
             door.exempt()  # answered by the sidecar itself: exempt, as the seed's server has them
 
     def _hello(self, conn: AppConnection, body: RawBSONDocument) -> dict[str, Any]:
-        """What this connection negotiates in its hello: mechanisms for the user it names, and a login
-        begun at once (``speculativeAuthenticate``)."""
+        """What this connection negotiates in its hello: compression, mechanisms for the user it names, and
+        a login begun at once (``speculativeAuthenticate``)."""
         extra: dict[str, Any] = {}
+        if self.config.compressors:
+            agreed = compression.negotiate(self.config.compressors, body.get("compression"))
+            if agreed:
+                extra["compression"] = agreed
         login = conn.login
         if login is None:
             return extra
@@ -300,7 +314,8 @@ class MongoListener:
             conn.peer,
         )
 
-    def _legacy(self, conn_id: int, header: wire.Header, q: wire.Query) -> bytes:
+    def _legacy(self, conn: AppConnection, header: wire.Header, q: wire.Query) -> bytes:
+        conn_id = conn.conn_id
         try:
             doc = RawBSONDocument(q.query, RAW)
             inner = doc.get("$query")
@@ -308,7 +323,11 @@ class MongoListener:
                 doc = inner
             name = next(iter(doc), "")
             hello = q.collection.endswith(".$cmd") and name in HELLO
-            body = answer.hello_reply(doc, self.up.topology.facts(), conn_id) if hello else b""
+            body = (
+                answer.hello_reply(doc, self.up.topology.facts(), conn_id, self._hello(conn, doc))
+                if hello
+                else b""
+            )
         except (BSONError, ValueError) as e:  # the framing held, the document inside did not
             log.warning(
                 "mongodb listener %s: connection %d sent an OP_QUERY whose document is not valid BSON (%s); "

@@ -24,7 +24,7 @@ from bson.raw_bson import RawBSONDocument
 
 from ... import __version__
 from ...config.schema import AuthConfig, TlsConfig, UpstreamConfig
-from . import wire
+from . import compression, wire
 from .scram import ScramClient, ScramFailure
 
 log = logging.getLogger("sidecar.mongo.upstream")
@@ -66,15 +66,20 @@ class Settings:
     tls: ssl.SSLContext | None
     server_name: str | None
     auth: AuthConfig | None
+    compressors: tuple[str, ...] = ()  # offered to the upstream in each handshake, in this order
+    zlib_level: int = -1
 
     @classmethod
     def from_config(cls, cfg: UpstreamConfig) -> Settings:
+        u = cfg.mongo_uri
         return cls(
             connect_timeout=cfg.connect_timeout,
             max_connections=cfg.max_connections,
             tls=ssl_context(cfg.tls),
             server_name=cfg.tls.server_name if cfg.tls is not None else None,
             auth=cfg.auth,
+            compressors=tuple(cfg.compressors),
+            zlib_level=u.zlib_level if u is not None else -1,
         )
 
 
@@ -86,7 +91,16 @@ def split(endpoint: str) -> tuple[str, int]:
 class Connection:
     """One upstream connection, used by one request at a time."""
 
-    __slots__ = ("endpoint", "reader", "writer", "hello", "generation", "idle_since")
+    __slots__ = (
+        "endpoint",
+        "reader",
+        "writer",
+        "hello",
+        "generation",
+        "idle_since",
+        "compressor",
+        "zlib_level",
+    )
 
     def __init__(self, endpoint: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.endpoint = endpoint
@@ -95,6 +109,8 @@ class Connection:
         self.hello: Mapping[str, Any] = {}
         self.generation = 0
         self.idle_since = 0.0  # loop time it went back to its pool
+        self.compressor: str | None = None  # agreed in the handshake (compression.py)
+        self.zlib_level = -1
 
     @property
     def closed(self) -> bool:
@@ -103,13 +119,22 @@ class Connection:
     def close(self) -> None:
         self.writer.close()
 
-    async def send(self, message: bytes) -> None:
-        self.writer.write(message)
+    def _packed(self, message: bytes, compressible: bool) -> bytes:
+        if compressible and self.compressor is not None:
+            return compression.wrap(message, self.compressor, self.zlib_level)
+        return message
+
+    async def send(self, message: bytes, compressible: bool = False) -> None:
+        self.writer.write(self._packed(message, compressible))
         await self.writer.drain()
 
-    async def roundtrip(self, message: bytes, request_id: int) -> tuple[wire.Header, bytes]:
-        """Send a command and read its reply (an OP_MSG answering ``request_id``)."""
-        self.writer.write(message)
+    async def roundtrip(
+        self, message: bytes, request_id: int, compressible: bool = False
+    ) -> tuple[wire.Header, bytes]:
+        """Send a command (compressed when the handshake agreed a compressor and ``compressible``: not a
+        command the spec never compresses) and read its reply (an OP_MSG answering ``request_id``,
+        inflated when it came compressed)."""
+        self.writer.write(self._packed(message, compressible))
         await self.writer.drain()
         return await self.read_reply(request_id)
 
@@ -117,6 +142,8 @@ class Connection:
         head = await self.reader.readexactly(wire.HEADER_SIZE)
         header = wire.parse_header(head, MAX_REPLY)
         payload = await self.reader.readexactly(header.length - wire.HEADER_SIZE)
+        if header.op_code == wire.OP_COMPRESSED:
+            header, payload, _ = compression.unwrap(header, payload, MAX_REPLY, compression.ALL)
         if header.response_to != request_id:
             raise wire.ProtocolError(f"reply answers request {header.response_to}, expected {request_id}")
         if header.op_code != wire.OP_MSG:
@@ -133,10 +160,12 @@ class Connection:
         return RawBSONDocument(msg.body, RAW)
 
 
-def hello_command(handshake: bool) -> dict[str, Any]:
+def hello_command(handshake: bool, compressors: tuple[str, ...] = ()) -> dict[str, Any]:
     cmd: dict[str, Any] = {"hello": 1, "helloOk": True, "backpressure": True}
     if handshake:
         cmd["client"] = CLIENT_METADATA
+        if compressors:
+            cmd["compression"] = list(compressors)
     cmd["$db"] = "admin"
     return cmd
 
@@ -161,9 +190,12 @@ async def connect(endpoint: str, settings: Settings, auth: AuthConfig | None = N
     conn = Connection(endpoint, reader, writer)
     try:
         async with asyncio.timeout(settings.connect_timeout):
-            conn.hello = await conn.command(hello_command(handshake=True))
+            conn.hello = await conn.command(hello_command(handshake=True, compressors=settings.compressors))
             if conn.hello.get("ok") != 1:
                 raise ConnectFailure("connect", f"hello to {endpoint} failed: {conn.hello.get('errmsg')}")
+            agreed = compression.negotiate(settings.compressors, conn.hello.get("compression"))
+            conn.compressor = agreed[0] if agreed else None
+            conn.zlib_level = settings.zlib_level
             if auth is not None:
                 await authenticate(conn, auth)
     except TimeoutError:

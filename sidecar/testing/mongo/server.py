@@ -29,7 +29,7 @@ import bson
 from bson import CodecOptions
 from bson.objectid import ObjectId
 
-from ...adapters.mongo import wire
+from ...adapters.mongo import compression, wire
 from .admission import REJECTION, IngressRateLimiter
 from .failpoints import FailCommand, FailPointError
 from .handlers import (
@@ -82,6 +82,7 @@ class MongoTestServer:
         tags: Mapping[str, str] | None = None,
         storage: Storage | None = None,
         record: bool = True,
+        compressors: tuple[str, ...] = ("zstd", "snappy", "zlib"),
     ) -> None:
         """``record=False``: keep no command log (benchmarks, the demo: the log grows with every command)."""
         if role not in ROLES:
@@ -95,6 +96,7 @@ class MongoTestServer:
         self.election_id = ObjectId()
         self.set_version = 1
         self.tags = dict(tags or {})
+        self.compressors = compressors  # what it agrees to in a hello (OP_COMPRESSED)
         self.ssl_context = ssl_context
         self.max_wire_version = max_wire_version
         self.logical_session_timeout = logical_session_timeout
@@ -242,6 +244,18 @@ class MongoTestServer:
             writer.close()
 
     async def _message(self, conn: _Connection, header: wire.Header, payload: bytes) -> bytes | object:
+        compressor = None
+        if header.op_code == wire.OP_COMPRESSED:
+            header, payload, compressor = compression.unwrap(
+                header, payload, 64 * 1024 * 1024, frozenset(self.compressors)
+            )
+        conn.compressor = compressor
+        reply = await self._plain_message(conn, header, payload)
+        if compressor is not None and isinstance(reply, bytes) and reply:
+            return compression.wrap(reply, compressor)  # as mongod: compressed like the request
+        return reply
+
+    async def _plain_message(self, conn: _Connection, header: wire.Header, payload: bytes) -> bytes | object:
         if header.op_code == wire.OP_QUERY:
             q = wire.parse_query(payload)
             cmd = bson.decode(q.query, _DECODE)
@@ -394,6 +408,9 @@ class MongoTestServer:
         )
         if doc["topologyVersion"] is None:
             del doc["topologyVersion"]
+        offered = cmd.get("compression")
+        if isinstance(offered, list) and self.compressors:
+            doc["compression"] = [c for c in offered if c in self.compressors]
         mechs = cmd.get("saslSupportedMechs")
         if isinstance(mechs, str) and self.users:
             user = mechs.split(".", 1)[-1]
