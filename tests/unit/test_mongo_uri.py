@@ -143,3 +143,24 @@ def test_app_auth_without_users_needs_an_upstream_login() -> None:
     with pytest.raises(ConfigError) as e:
         load_dict(config, {})
     assert "listeners[0].app_auth.users: not given, and upstream 'db' has no login of its own" in str(e.value)
+
+
+def test_srv_polling_rules() -> None:
+    """The pure rules of seeds.py: the rescan wait, the domain rule, srvMaxHosts."""
+    from sidecar.adapters.mongo.seeds import choose, in_domain, rescan_after
+
+    assert (rescan_after(0.2), rescan_after(30), rescan_after(3600), rescan_after(None)) == (
+        1.0,
+        30,
+        60.0,
+        60.0,
+    )
+    assert in_domain("cluster0.example.net", "shard-00.example.net")
+    assert not in_domain("cluster0.example.net", "evil.example.org")
+    assert in_domain("cluster0.test", "r1.cluster0.test") and not in_domain("cluster0.test", "r1.other.test")
+    assert not in_domain("cluster0.test", "cluster0.test")
+    found = ["a:1", "b:1", "c:1", "d:1"]
+    assert choose([], found, 0, lambda: 0.5) == found
+    two = choose([], found, 2, lambda: 0.5)
+    assert len(two) == 2 and set(two) <= set(found)
+    assert choose(["c:1"], found, 2, lambda: 0.5)[0] == "c:1"  # the members in use stay

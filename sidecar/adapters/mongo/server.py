@@ -39,6 +39,7 @@ from .login import AppUser, AppUsers, Login, LoginFailed
 from .pinning import Pins
 from .request import Shared, end_sessions, forward
 from .scram import ScramFailure
+from .seeds import SrvSeeds
 from .topology import Topology
 from .upstream import Logins, Settings
 
@@ -57,7 +58,13 @@ class MongoListener:
         self.config = config
         runtime = services.upstream(config.upstream)
         ucfg = runtime.config
+        uri = ucfg.mongo_uri
+        self._seeds: SrvSeeds | None = None
+        if uri is not None and uri.srv is not None:
+            self._seeds = SrvSeeds(config.upstream, uri, lambda: services.discovery.resolver, services.rand)
         settings = Settings.from_config(ucfg)
+        if self._seeds is not None:
+            settings = dataclasses.replace(settings, address=self._seeds.address)
         self.settings = settings
         topology = Topology(config.upstream, ucfg.endpoints, settings, ucfg.replica_set)
         assert config.policy is not None  # the loader fills in the protocol's preset
@@ -119,7 +126,13 @@ class MongoListener:
         )
 
     async def start(self) -> None:
+        if self._seeds is not None:
+            await self._first_seeds(self._seeds)
         await self.up.topology.start(wait=self.settings.connect_timeout)
+        if self._seeds is not None and (self.up.topology.replica_set is None or not self._seeds.hosts):
+            # routers: the record is polled (a replica set's members are followed by its monitoring, once
+            # the record gave its first members)
+            self._seeds.follow(self._reseed)
         host, port = split_host_port(self.config.listen)
         auth = self.config.app_auth
         if not _loopback(host) and (auth is None or auth.allow_unauthenticated):
@@ -152,6 +165,59 @@ class MongoListener:
         )
         self._sweeper = asyncio.get_running_loop().call_later(SWEEP_EVERY, self._sweep)
 
+    async def _first_seeds(self, seeds: SrvSeeds) -> None:
+        """A mongodb+srv:// upstream: its members (SRV) and options (TXT) before the listener opens; without
+        them, it opens all the same (commands get code 133 naming the name) and keeps looking."""
+        resolver = self.up.services.discovery.resolver
+        try:
+            async with asyncio.timeout(2 * resolver.lifetime + 1.0):
+                hosts, options, problem = await seeds.first()
+        except TimeoutError:
+            hosts, options, problem = [], {}, f"no answer for {seeds.record} in time"
+        replica_set = options.get("replicaset")
+        if isinstance(replica_set, str) and self.up.topology.replica_set is None:
+            self.up.topology.set_replica_set(replica_set)
+        source = options.get("authsource")
+        if isinstance(source, str) and self.settings.auth is not None:
+            self._txt_auth_source(source)
+        if problem:
+            log.warning(
+                "upstream %s: %s: no members yet (%s); looking again every few seconds",
+                self.up.name,
+                seeds.name,
+                problem,
+            )
+        else:
+            self.up.topology.reseed(hosts)
+            log.info("upstream %s: %s lists %s", self.up.name, seeds.record, ", ".join(hosts))
+
+    def _txt_auth_source(self, source: str) -> None:
+        """The TXT record's authSource (the URI gave none): the upstream login's database."""
+        auth = self.settings.auth
+        assert auth is not None
+        settings = dataclasses.replace(self.settings, auth=auth.model_copy(update={"source": source}))
+        self.settings = settings
+        self.up.topology.settings = settings
+        self.up.logins.settings = settings
+        self.up.logins.own.settings = settings
+        if (
+            self.config.app_auth is not None
+            and self.config.app_auth.users is None
+            and self._users is not None
+        ):
+            own = settings.auth
+            assert own is not None
+            self._users = AppUsers(
+                [AppUser(own.username, own.password, own.source)], self._users.allow_unauthenticated
+            )
+
+    def _reseed(self, hosts: list[str]) -> None:
+        topology = self.up.topology
+        if topology.replica_set is not None and topology.members.seeds:
+            return  # a replica set, seeded: its monitoring follows its members
+        for gone in topology.reseed(hosts):
+            self.up.logins.drop(gone)
+
     def _sweep(self) -> None:
         loop = asyncio.get_running_loop()
         self.up.logins.sweep(loop.time(), POOL_IDLE_TIMEOUT)
@@ -166,6 +232,8 @@ class MongoListener:
             self._gate.close()
         await self._connections.drain(grace)
         self.up.passing.cancel()
+        if self._seeds is not None:
+            await self._seeds.stop()
         await self.up.topology.stop()
         self.up.logins.close()
         if self._server is not None:

@@ -43,6 +43,7 @@ class Topology:
         self._wakeups: dict[str, asyncio.Event] = {}
         self._first_round = asyncio.Event()
         self._checked: set[str] = set()
+        self._started = False
 
     @property
     def servers(self) -> dict[str, ServerState]:
@@ -50,6 +51,9 @@ class Topology:
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self, wait: float) -> None:
+        self._started = True
+        if not self.members.seeds:
+            return  # a mongodb+srv:// name not resolved yet: reseed() starts the monitors
         for e in self.members.seeds:
             self._monitor(e)
         with contextlib.suppress(TimeoutError):
@@ -94,7 +98,10 @@ class Topology:
                         conn.close()
                         conn = None
                     self._update(endpoint, None, str(e) or type(e).__name__)
-                up = self.servers[endpoint].up
+                state = self.servers.get(endpoint)
+                if state is None:
+                    return  # left the seed list
+                up = state.up
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.heartbeat if up else min(self.heartbeat, 1.0)):
                         await wake.wait()
@@ -103,6 +110,25 @@ class Topology:
         finally:
             if conn is not None:
                 conn.close()
+
+    def reseed(self, seeds: list[str]) -> list[str]:
+        """A new seed list (``seeds.py``): new servers are monitored, the ones that left stop being
+        monitored (and are returned: their pools are closed by the listener)."""
+        gone = self.members.reseed(seeds)
+        for e in gone:
+            task = self._monitors.pop(e, None)
+            if task is not None:
+                task.cancel()
+            self._wakeups.pop(e, None)
+        if self._started:
+            for e in seeds:
+                self._monitor(e)
+        return gone
+
+    def set_replica_set(self, name: str) -> None:
+        """Before ``start``: the replica set a mongodb+srv:// name's TXT record gave."""
+        self.replica_set = name
+        self.members.replica_set = name
 
     def request_check(self, endpoint: str | None = None) -> None:
         """Check now (after a request saw a server fail or say "not primary")."""
@@ -117,6 +143,8 @@ class Topology:
 
     # -- state -----------------------------------------------------------------------------------------
     def _update(self, endpoint: str, reply: dict[str, Any] | None, err: str | None) -> None:
+        if endpoint not in self.servers:  # a router that left (reseed) while it was being checked
+            return
         seen = self.members.observe(endpoint, reply, err)
         if seen.went_down:
             log.warning("upstream %s: %s is unusable: %s", self.name, endpoint, err)

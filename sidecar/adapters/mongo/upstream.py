@@ -14,7 +14,7 @@ import collections
 import logging
 import platform
 import ssl
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +68,9 @@ class Settings:
     auth: AuthConfig | None
     compressors: tuple[str, ...] = ()  # offered to the upstream in each handshake, in this order
     zlib_level: int = -1
+    #: where to connect for a member ``(host, port)`` (a mongodb+srv:// upstream's members are names
+    #: resolved through the sidecar's resolver: ``seeds.SrvSeeds.address``); ``None``: the host as written
+    address: Callable[[str, int], Awaitable[str]] | None = None
 
     @classmethod
     def from_config(cls, cfg: UpstreamConfig) -> Settings:
@@ -177,8 +180,11 @@ async def connect(endpoint: str, settings: Settings, auth: AuthConfig | None = N
     host, port = split(endpoint)
     try:
         async with asyncio.timeout(settings.connect_timeout):
+            where = host
+            if settings.address is not None:
+                where = split(await settings.address(host, port))[0]
             reader, writer = await asyncio.open_connection(
-                host,
+                where,
                 port,
                 ssl=settings.tls,
                 server_hostname=(settings.server_name or host) if settings.tls is not None else None,
@@ -335,6 +341,13 @@ class Pools:
         for p in self._pools.values():
             p.sweep(now, idle_timeout)
 
+    def drop(self, endpoint: str) -> None:
+        """The endpoint left (a router no longer in its SRV record): its idle connections close now, the
+        ones in use once their command is answered (drained)."""
+        pool = self._pools.pop(endpoint, None)
+        if pool is not None:
+            pool.close()
+
     def close(self) -> None:
         for p in self._pools.values():
             p.close()
@@ -370,6 +383,10 @@ class Logins:
     def sweep(self, now: float, idle_timeout: float) -> None:
         for p in self.all():
             p.sweep(now, idle_timeout)
+
+    def drop(self, endpoint: str) -> None:
+        for p in self.all():
+            p.drop(endpoint)
 
     def close(self) -> None:
         for p in self.all():
