@@ -32,17 +32,7 @@ _EPSILON = 1e-9
 class RateLimiter:
     """One bucket (a listener's requests, or its new connections). ``now`` is any monotonic clock's seconds."""
 
-    __slots__ = (
-        "rate",
-        "burst",
-        "capacity",
-        "max_queue",
-        "max_wait",
-        "stats",
-        "_zero",
-        "_waiting",
-        "_last_id",
-    )
+    __slots__ = ("rate", "burst", "capacity", "max_queue", "max_wait", "stats", "_zero", "_waiting", "_last_id")
 
     def __init__(
         self, rate: float, burst: float, now: float, max_queue: int = 0, max_wait: float = math.inf

@@ -58,9 +58,7 @@ class ProbeSpec:
         if self.max < self.min:
             raise ValueError(f"max ({self.max!r}) must not be below min ({self.min!r})")
         if not self.min <= self.initial <= self.max:
-            raise ValueError(
-                f"initial ({self.initial!r}) must be within min and max ([{self.min}, {self.max}])"
-            )
+            raise ValueError(f"initial ({self.initial!r}) must be within min and max ([{self.min}, {self.max}])")
         if not 0.0 <= self.read_write_ratio <= 1.0:
             raise ValueError(f"read_write_ratio must be within [0, 1], not {self.read_write_ratio!r}")
         if not 0.0 < self.step < 1.0:

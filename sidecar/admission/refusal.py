@@ -102,7 +102,10 @@ class Refusal:
         adapters put ``retry-sidecar:`` before it, as in their other answers)."""
         where = f" of {self.owner}" if self.owner else ""
         when = f"; retry after {self.retry_after_ms} ms" if self.retry_after_ms else ""
-        return f"{_WHAT[self.limiter]}{where} exceeded ({self.reason.value}: {_WHY[self.reason]}){when}"
+        return (
+            f"{_WHAT[self.limiter]}{where} exceeded "
+            f"({self.reason.value}: {_WHY[self.reason]}){when}"
+        )
 
     def attributes(self) -> dict[str, str | int]:
         """The refused request's span attributes."""

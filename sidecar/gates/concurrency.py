@@ -76,9 +76,7 @@ class EndpointTickets:
         for key in granted:
             wake = self.wakes.pop(key, None)
             if wake is None:  # pragma: no cover - every queued attempt registers before control returns
-                log.error(
-                    "%s: a %s ticket was handed to waiter %d, which nobody waits for", self.endpoint, *key
-                )
+                log.error("%s: a %s ticket was handed to waiter %d, which nobody waits for", self.endpoint, *key)
                 self.control.pools.pool(key[0]).release()
                 continue
             wake()

@@ -80,10 +80,7 @@ class Door:
         self.connections: RateLimiter | None = None
         self.policy: RatePolicy | None = None
         self.connection_policy: RatePolicy | None = None
-        self.queue_seconds = {
-            Limiter.REQUESTS: Histogram(QUEUE_BUCKETS),
-            Limiter.CONNECTIONS: Histogram(QUEUE_BUCKETS),
-        }
+        self.queue_seconds = {Limiter.REQUESTS: Histogram(QUEUE_BUCKETS), Limiter.CONNECTIONS: Histogram(QUEUE_BUCKETS)}
         self._exempt: tuple[IpNetwork, ...] = ()
         self._bypass: tuple[IpNetwork, ...] = ()
         self._exempt_seen: dict[str, bool] = {}
@@ -212,6 +209,7 @@ class Door:
         if self.shadow:
             return None
         return Refusal.of(limiter, d, now, owner=self.owner, policy=policy)
+
 
     def _settle_shadow(self, now: float) -> None:
         waits = self._shadow_waits

@@ -160,9 +160,7 @@ class TicketGate(AttemptGate):
             w.attempter.start(cmd, ctx)
         except Exception as e:  # an adapter bug: a fatal outcome for this attempt, never another request's
             log.error("attempt %d to %s failed unexpectedly", n, w.cmd.endpoint, exc_info=e)
-            w.ctx.done(
-                AttemptResult(Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}"))
-            )
+            w.ctx.done(AttemptResult(Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}")))
 
     def timed_out(self, w: _Waiting) -> None:
         """``max_wait`` ran out before a ticket came: refused."""
@@ -220,3 +218,6 @@ def gate(
     if tickets is None:
         return None
     return ExemptGate(tickets, kind, loop) if exempt else TicketGate(tickets, kind, loop)
+
+
+

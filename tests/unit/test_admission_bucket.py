@@ -11,13 +11,8 @@ from hypothesis import strategies as st
 
 from sidecar.admission import Count, Decision, RateLimiter, Rejection, Verdict
 
-FAST = settings(
-    max_examples=200,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 
 Seen = tuple[Verdict, float, "Rejection | None", int]
@@ -94,9 +89,7 @@ def test_queued_requests_borrow_tokens_and_wait_for_their_refill():
     assert seen(b.acquire(0.0)) == queued(0.3, 3)
     assert b.balance(0.0) == pytest.approx(-3)
     assert b.available(0.0) == 0
-    assert seen(b.acquire(0.0)) == rejected(
-        Rejection.QUEUE_FULL, 0.4
-    )  # the next free token is after the three
+    assert seen(b.acquire(0.0)) == rejected(Rejection.QUEUE_FULL, 0.4)  # the next free token is after the three
     assert b.balance(0.0) == pytest.approx(-3)  # a rejection takes nothing
     assert b.admit_queued(1) == pytest.approx(0.1)
     assert b.queued == 2
@@ -116,9 +109,7 @@ def test_a_wait_beyond_max_wait_is_rejected_at_once_and_takes_nothing():
 def test_a_wait_that_would_reach_the_deadline_is_rejected_at_once():
     b = RateLimiter(rate=10, burst=0.1, now=0.0, max_queue=100, max_wait=5.0)
     assert b.acquire(0.0, deadline=0.01).admitted  # a token now: the deadline does not matter
-    assert seen(b.acquire(0.0, deadline=0.1)) == rejected(
-        Rejection.DEADLINE, 0.1
-    )  # at the deadline is too late
+    assert seen(b.acquire(0.0, deadline=0.1)) == rejected(Rejection.DEADLINE, 0.1)  # at the deadline is too late
     assert seen(b.acquire(0.0, deadline=0.15)) == queued(0.1, 1)
     assert seen(b.acquire(0.0, deadline=0.15)) == rejected(Rejection.DEADLINE, 0.2)
 
@@ -205,9 +196,9 @@ BURSTS = st.sampled_from([0.1, 0.5, 1.0, 2.0])
 GAPS = st.lists(st.floats(min_value=0.0, max_value=0.5, allow_nan=False), min_size=1, max_size=150)
 
 
-def _run(
-    rate: float, burst: float, gaps: list[float], max_queue: int, interrupt_every: int
-) -> tuple[RateLimiter, list[float], list[float]]:
+def _run(rate: float, burst: float, gaps: list[float], max_queue: int, interrupt_every: int) -> tuple[
+    RateLimiter, list[float], list[float]
+]:
     """Arrivals at the given gaps; returns the bucket, the admission times, and the available tokens seen."""
     b = RateLimiter(rate=rate, burst=burst, now=0.0, max_queue=max_queue, max_wait=2.0)
     now = 0.0

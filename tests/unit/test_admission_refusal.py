@@ -19,11 +19,7 @@ def rate_refusal() -> Refusal:
     decision = bucket.try_acquire(100.01)
     assert decision.rejected
     return Refusal.of(
-        Limiter.REQUESTS,
-        decision,
-        100.01,
-        owner="listener 'api'",
-        policy=RatePolicy.of("front-door", 20, 0.05),
+        Limiter.REQUESTS, decision, 100.01, owner="listener 'api'", policy=RatePolicy.of("front-door", 20, 0.05)
     )
 
 
@@ -48,16 +44,8 @@ def test_an_unknown_or_past_time_is_no_wait() -> None:
     d = Decision(Verdict.REJECTED, 5.0, Rejection.QUEUE_FULL)
     r = Refusal.of(Limiter.CONCURRENCY, d, 5.0, owner="upstream 'db' endpoint 'db-0:27017'")
     assert r.retry_after == 0 and r.retry_after_seconds == 0 and r.retry_after_ms == 0
-    assert (
-        r.message
-        == "concurrency limit of upstream 'db' endpoint 'db-0:27017' exceeded (queue-full: the queue is full)"
-    )
-    assert (
-        Refusal.of(
-            Limiter.CONCURRENCY, Decision(Verdict.REJECTED, float("inf"), Rejection.MAX_WAIT), 1.0
-        ).retry_after
-        == 0
-    )
+    assert r.message == "concurrency limit of upstream 'db' endpoint 'db-0:27017' exceeded (queue-full: the queue is full)"
+    assert Refusal.of(Limiter.CONCURRENCY, Decision(Verdict.REJECTED, float("inf"), Rejection.MAX_WAIT), 1.0).retry_after == 0
 
 
 def test_only_a_rejection_is_a_refusal() -> None:

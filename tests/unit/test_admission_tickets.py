@@ -11,13 +11,8 @@ from hypothesis import strategies as st
 
 from sidecar.admission import Count, Decision, Kind, Rejection, TicketPool, TicketPools, Verdict
 
-FAST = settings(
-    max_examples=200,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 
 def test_tickets_up_to_the_limit_then_a_fifo_queue():

@@ -131,9 +131,7 @@ def test_timeouts_by_method_key() -> None:
 
 
 def test_the_loader_hands_the_listener_the_service_configs_timeouts_and_your_own_win() -> None:
-    sc = {
-        "methodConfig": [{"name": [{"service": "a.B"}], "timeout": "0.25s"}, {"name": [{}], "timeout": "2s"}]
-    }
+    sc = {"methodConfig": [{"name": [{"service": "a.B"}], "timeout": "0.25s"}, {"name": [{}], "timeout": "2s"}]}
     cfg = load_dict(listener(service_config=sc, method_timeouts={"a.B": "100ms"}), {})
     assert cfg.listeners[0].method_timeouts == {"a.B": 0.1, "*": 2.0}
     errs = dict(errors_of(listener(method_timeouts={"/a/b/c": "1s"})))

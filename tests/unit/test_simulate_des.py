@@ -175,9 +175,7 @@ def test_queueing_in_the_limiter_absorbs_bursts_below_the_rate() -> None:
     """45 requests/s, Poisson, against 50/s with a capacity of one token: refusing whatever finds the bucket
     empty refuses many; letting them wait up to 200 ms for a borrowed token refuses few, and the upstream
     still never sees more than the rate allows."""
-    s = small(
-        outage=None, server={"error_rate": 0.0}, clients={"rate": 45}, sidecar={"policy": {"throttle": None}}
-    )
+    s = small(outage=None, server={"error_rate": 0.0}, clients={"rate": 45}, sidecar={"policy": {"throttle": None}})
     _, refusing = des.simulate(s, "sidecar", limited(50, 0.02))
     rec, queueing = des.simulate(s, "sidecar", limited(50, 0.02, max_queue=20, max_wait=0.2))
     refused = refusing.sidecars[0].rejected  # type: ignore[union-attr]
@@ -224,15 +222,8 @@ def test_probing_grows_from_too_few_tickets_and_queued_attempts_get_theirs() -> 
     """50 requests/s at 100 ms need about 5 read tickets; probing starts with 2 (initial 4, half for reads):
     the pools are exhausted, so the prober probes up and keeps what raised the throughput; queued attempts
     are granted as tickets come back or the limit grows, and none waits past max_wait unserved for long."""
-    cc = {
-        "mode": "probing",
-        "initial": 4,
-        "min": 2,
-        "max": 64,
-        "interval": "100ms",
-        "max_queue": 500,
-        "max_wait": "1s",
-    }
+    cc = {"mode": "probing", "initial": 4, "min": 2, "max": 64, "interval": "100ms", "max_queue": 500,
+          "max_wait": "1s"}
     s = small(outage=None, server={"error_rate": 0.0}, sidecar={"upstream": {"concurrency": cc}})
     rec, clients = des.simulate(s, "sidecar")
     t = totals(rec)

@@ -256,6 +256,7 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         r = self.response
         return self.state == _SENT and r is not None and r.complete and r.error is None and self.keep_alive
 
+
     # -- the exchange --------------------------------------------------------------------------------
     def start(
         self, head: bytes, body: RequestBody | None, head_request: bool, attempt: int, exchange: Exchange

@@ -168,6 +168,7 @@ async def _stage_outage(sc: Scenario, servers: list[Part], epoch: float) -> None
             s.signal(signal.SIGCONT)
 
 
+
 def somaxconn() -> int | None:
     """The kernel's cap on listen backlogs (a stopped server's queue cannot be longer)."""
     try:
