@@ -17,7 +17,6 @@ from collections.abc import Coroutine
 from typing import Any
 
 import grpc
-from grpc._cython.cygrpc import ExecuteBatchError
 
 from ...policy import Outcome, OutcomeClass, SendAttempt
 from ...runtime import AttemptContext, AttemptResult
@@ -194,9 +193,10 @@ def _ready(coro: Coroutine[Any, Any, Any]) -> Any:
 async def _write_request(request: RequestStream, call: Any, cmd: SendAttempt, ctx: AttemptContext) -> None:
     try:
         await request.feed(cmd.attempt, call.write, call.done_writing, ctx.buffer_exceeded)
-    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, ExecuteBatchError):
-        # The call ended while we were writing: its status tells what happened. (grpcio raises its internal
-        # ExecuteBatchError for a half-close on a call that already ended: found by fuzzing, tests/fuzz.)
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.InternalError):
+        # The call ended while we were writing: its status tells what happened. (grpcio raises an
+        # InternalError, its ExecuteBatchError, for a half-close on a call that already ended: found by
+        # fuzzing, tests/fuzz.)
         pass
     except SecondMessage:
         call.cancel()  # the attempt ends with the error saying so (OneMessage.second_message)
