@@ -107,11 +107,12 @@ class MongoListener:
     def reconfigure(self, config: MongoListenerConfig, services: Services) -> None:
         """A reloaded config whose upstream did not change (``reload.restart_reasons`` refuses that): the
         policy may have; commands from now on use it, those in progress finish under the old one. New
-        timeouts apply to connections accepted from now on."""
+        timeouts, ``app_auth`` users, ``tls`` and ``compressors`` apply to connections accepted from now on
+        (a connection keeps the login it made)."""
         assert config.policy is not None
         self.config = config
         self._limits = _limits(config)
-        self._users = _app_users(config, runtime_config(services, config))
+        self._users = _app_users(config, services.upstream(config.upstream).config)
         self._tls = _tls_context(config.tls)
         if self._server is not None:
             self._server.max_connections = config.max_connections
@@ -417,10 +418,6 @@ def _payload(doc: RawBSONDocument) -> bytes:
     if isinstance(p, str):
         return p.encode()
     return b""
-
-
-def runtime_config(services: Services, config: MongoListenerConfig) -> UpstreamConfig:
-    return services.upstream(config.upstream).config
 
 
 def _app_users(config: MongoListenerConfig, upstream: UpstreamConfig) -> AppUsers | None:
