@@ -199,6 +199,18 @@ class Metrics:
         """Export a fleet member (``fleet.FleetMember``): Redis up, members seen, settle latency, shares."""
         self._fleet = member
 
+    # -- reading (the console's tables and charts read what /metrics exports) ---------------------------
+    def pairs(self) -> list[tuple[tuple[str, str], Meters]]:
+        """Every (listener, upstream) pair's numbers, sorted."""
+        return sorted(self._meters.items())
+
+    def listeners(self) -> dict[str, ListenerMeters]:
+        return dict(self._listeners)
+
+    def throttles(self) -> dict[tuple[str, str], Any]:
+        """Each upstream's retry budget buckets by (upstream, kind): their ``tokens`` and ``capacity``."""
+        return dict(self._buckets)
+
     def families(self) -> Iterator[Metric]:
         lu = ["listener", "upstream"]
         pairs = sorted(self._meters.items())
@@ -311,10 +323,14 @@ class Metrics:
         ``admission_families``, ``limiter="concurrency"``)."""
         labels = ["upstream", "endpoint", "pool"]
         limit = GaugeMetricFamily(
-            "sidecar_concurrency_limit", "Tickets of an endpoint's pool (attempts it may have in flight)", labels=labels
+            "sidecar_concurrency_limit",
+            "Tickets of an endpoint's pool (attempts it may have in flight)",
+            labels=labels,
         )
         in_use = GaugeMetricFamily(
-            "sidecar_concurrency_in_use", "Tickets of an endpoint's pool held by attempts in flight", labels=labels
+            "sidecar_concurrency_in_use",
+            "Tickets of an endpoint's pool held by attempts in flight",
+            labels=labels,
         )
         queued = GaugeMetricFamily(
             "sidecar_concurrency_queued", "Attempts waiting for a ticket of an endpoint's pool", labels=labels
@@ -375,7 +391,9 @@ def admission_families(rows: Iterable[AdmissionRow]) -> Iterator[Metric]:
         "sidecar_admission_rejected", "Admissions refused, by reason", labels=[*labels, "reason"]
     )
     available = GaugeMetricFamily(
-        "sidecar_admission_available_tokens", "Tokens (or tickets) a new admission could take now", labels=labels
+        "sidecar_admission_available_tokens",
+        "Tokens (or tickets) a new admission could take now",
+        labels=labels,
     )
     waited = HistogramMetricFamily(
         "sidecar_admission_queue_seconds", "Time queued before admission", labels=labels
