@@ -8,7 +8,8 @@ import gc
 import logging
 import random
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -17,10 +18,11 @@ from prometheus_client import Counter
 from . import log_redaction, native
 from .adapters import Listener, make_listener
 from .admin import AdminServer
+from .admin.console import Console
 from .config import Config, ConfigError, effective, load_file
 from .config.effective import redactor
 from .fleet.link import fleet_link
-from .reload import ConfigWatcher, restart_reasons
+from .reload import ConfigWatcher, ReloadLog, restart_reasons
 from .services import Services
 from .telemetry import Telemetry
 
@@ -50,11 +52,13 @@ class App:
             ["result"],
             registry=self.telemetry.metrics.registry,
         )
+        self.reload_log = ReloadLog(time.time())
         self._reload_lock = asyncio.Lock()
         self.listeners: list[Listener] = [make_listener(lc, self.services) for lc in config.listeners]
         self.fleet = fleet_link(config, self.services)  # None: no fleet-wide budget
         self.ready = False
         self.admin: AdminServer | None = None
+        self.console: Console | None = None  # the page at / on the admin port, its JSON and the tap
         if config.admin.listen is not None:
             self.admin = AdminServer(
                 config.admin.listen,
@@ -62,6 +66,8 @@ class App:
                 ready=self.is_ready,
                 effective_config=effective(config),
             )
+            self.console = Console(self)
+            self.console.install(self.admin)
 
     def is_ready(self) -> bool:
         """Started, not draining, and every listener accepting (a gRPC one being rebuilt is not)."""
@@ -82,7 +88,7 @@ class App:
             except ConfigError as e:
                 for path, msg in e.errors:
                     log.error("config reload rejected: %s: %s", path or "(file)", msg)
-                self.reloads.labels("rejected").inc()
+                self._reloaded("rejected", [f"{path or '(file)'}: {msg}" for path, msg in e.errors])
                 return False
             return self.apply(new)
 
@@ -92,13 +98,13 @@ class App:
         stays) when it changes what only a restart can (a listener's address or protocol, ...)."""
         if new == self.config:
             log.info("config reload: no change")
-            self.reloads.labels("unchanged").inc()
+            self._reloaded("unchanged")
             return True
         reasons = restart_reasons(self.config, new)
         if reasons:
             for reason in reasons:
                 log.error("config reload rejected: %s", reason)
-            self.reloads.labels("rejected").inc()
+            self._reloaded("rejected", reasons)
             return False
         log_redaction.learn(redactor(new))  # before anything under the new config can log
         services = Services(new, self.telemetry, self.services.rand, previous=self.services)
@@ -110,14 +116,22 @@ class App:
         self.config = new
         if self.admin is not None:
             self.admin.show(effective(new))
-        self.reloads.labels("applied").inc()
+        if self.console is not None:
+            self.console.reconfigure(new)
+        self._reloaded("applied")
         log.info("config reloaded from %s", self.config_path)
         return True
+
+    def _reloaded(self, result: str, messages: Sequence[str] = ()) -> None:
+        self.reloads.labels(result).inc()
+        self.reload_log.record(time.time(), result, messages)
 
     async def start(self) -> None:
         try:
             if self.admin is not None:
                 await self.admin.start()
+            if self.console is not None:
+                self.console.start()
             for lst in self.listeners:
                 await lst.start()
                 host, port = lst.address
@@ -136,6 +150,8 @@ class App:
         await asyncio.gather(*(lst.stop(g) for lst in self.listeners), return_exceptions=True)
         if self.fleet is not None:
             await self.fleet.stop()
+        if self.console is not None:
+            self.console.stop()  # ends long polls of the tap, which the admin server would wait for
         if self.admin is not None:
             await self.admin.stop()
         self.telemetry.shutdown()
@@ -182,7 +198,9 @@ async def serve(config: Config, config_path: Path | None = None, watch_interval:
         if watch_interval > 0:
             watcher.start()
     if app.admin is not None:
-        log.info("admin on http://%s:%d (healthz, readyz, metrics, config)", *app.admin.address)
+        log.info(
+            "admin on http://%s:%d (the console at /, healthz, readyz, metrics, config)", *app.admin.address
+        )
     await stop.wait()
     if watcher is not None:
         # Draining: a reload now would reconfigure stopping listeners (and SIGHUP's default would kill us).

@@ -253,7 +253,7 @@ class Forwarder:
         timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None  # the client's
         method = "GET" if req.method == b"GET" else _METHODS.get(req.method) or req.method.decode("latin-1")
         attrs: dict[str, str | int] | None = None
-        if self.tracing:  # span attributes cost only when there are spans
+        if self.tracing or self.telemetry.tap is not None:  # only when there are spans, or a tap (the path)
             attrs = {
                 "http.request.method": method,
                 "url.path": target_url.partition(b"?")[0].decode("latin-1"),
