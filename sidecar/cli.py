@@ -1,4 +1,4 @@
-"""The ``sidecar`` command: run, check, simulate, version (and, from the protocol issues, demo)."""
+"""The ``sidecar`` command: run, check, demo, simulate, tap, top, version."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def run(
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
     uvloop: bool = typer.Option(True, help="Use uvloop when it is installed."),
     watch_interval: float = typer.Option(
-        1.0, help="Seconds between checks of the config file for a change to reload (0: reload on SIGHUP only)."
+        1.0,
+        help="Seconds between checks of the config file for a change to reload (0: reload on SIGHUP only).",
     ),
 ) -> None:
     """Run the sidecar until SIGTERM/SIGINT; SIGHUP or a change of the config file reloads it."""
@@ -135,6 +136,49 @@ def simulate(
     code = simulate_main(scenario, engine, strategy, duration, plot, as_json, set_, table)
     if code:
         raise typer.Exit(code)
+
+
+AdminOption = typer.Option(
+    "127.0.0.1:9901",
+    "--admin",
+    help="The sidecar's admin port, host:port (kubectl port-forward brings it here).",
+)
+
+
+def _admin(value: str) -> str:
+    from .config.units import split_host_port
+
+    try:
+        split_host_port(value)
+    except ValueError as e:
+        typer.echo(f"--admin: {e}", err=True)
+        raise typer.Exit(2) from None
+    return value
+
+
+@app.command()
+def tap(
+    admin: str = AdminOption,
+    upstream: str = typer.Option(None, "--upstream", help="Only the requests to this upstream."),
+    listener: str = typer.Option(None, "--listener", help="Only the requests of this listener."),
+) -> None:
+    """A line per request as the sidecar handles it: route, attempts with their endpoints, outcomes, decisions
+    and waits, the result and the total time (the console's tap, read from the admin port)."""
+    from .admin.console_terminal import tap as run_tap
+
+    raise typer.Exit(run_tap(_admin(admin), upstream=upstream, listener=listener))
+
+
+@app.command()
+def top(
+    admin: str = AdminOption,
+    interval: float = typer.Option(1.0, help="Seconds between two screens."),
+) -> None:
+    """A table per upstream and endpoint, redrawn every second: requests/s, success, attempts per request,
+    retries by cause, p50/p99, each endpoint's state, load, concurrency and recent outcomes."""
+    from .admin.console_terminal import top as run_top
+
+    raise typer.Exit(run_top(_admin(admin), interval=max(0.1, interval)))
 
 
 @app.command()
