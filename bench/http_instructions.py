@@ -11,10 +11,16 @@ instructions being cheaper (compiled C over compact buffers, against Python obje
 
 Needs valgrind and nginx (``apt-get install -y valgrind nginx haproxy``); takes about a minute.
 
-    .venv/bin/python bench/http_instructions.py [--requests 2000] [--admission]
+    .venv/bin/python bench/http_instructions.py [--requests 2000] [--admission] [--console off|idle|watched]
 
 ``--admission`` gives the sidecar's listener a request rate limit it never reaches (admission, issue 12):
 the cost of the request gate on every request.
+
+``--console`` (issue 25) says what of the admin port's console runs: ``off`` (no admin port, as by default
+here), ``idle`` (the admin port on, the console's sampler ticking once a second, nobody looking: the tap is
+not recording), ``watched`` (during the measured requests, a thread polls as the page does, /api/state,
+/api/series and /api/tap once a second, and another streams the tap as ``sidecar tap`` does: the tap records
+every request, and the admin port's answers are counted too).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import urllib.request
 from pathlib import Path
 
 from common import free_port, wait_port
@@ -59,8 +67,68 @@ def get(port: int, n: int, connections: int) -> None:
         s.close()
 
 
-def count(name: str, cmd: list[str], port: int, out: Path, n: int, start_timeout: float = 120) -> float:
-    """Instructions per request of ``cmd`` (listening on ``port``) for ``n`` requests after a warm-up."""
+class Watchers:
+    """The console's readers during the measured requests: the page (three GETs a second) and ``sidecar tap``
+    (a long poll at most ten times a second). ``None`` admin: nobody."""
+
+    def __init__(self, admin: int | None) -> None:
+        self.admin = admin
+        self.done = threading.Event()
+        self.threads = [threading.Thread(target=f, daemon=True) for f in (self._page, self._tap)]
+        self.polls = 0
+        self.records = 0
+
+    def _get(self, path: str) -> dict:
+        import json
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}{path}", timeout=30) as r:
+            self.polls += 1
+            return json.loads(r.read())
+
+    def _page(self) -> None:
+        series = tap = -1
+        while not self.done.is_set():
+            self._get("/api/state")
+            series = self._get(f"/api/series?since={series}")["next"] - 1
+            tap = self._get(f"/api/tap?since={tap}&limit=100")["next"]
+            self.done.wait(1.0)
+
+    def _tap(self) -> None:
+        since = -1
+        while not self.done.is_set():
+            doc = self._get(f"/api/tap?since={since}&limit=500&wait=5")
+            since = doc["next"]
+            self.records += len(doc["records"])
+            self.done.wait(0.1)
+
+    def arm(self) -> None:
+        if self.admin is not None:
+            self._get("/api/tap?limit=0")
+
+    def __enter__(self) -> Watchers:
+        if self.admin is not None:
+            for t in self.threads:
+                t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        if self.admin is not None:
+            for t in self.threads:
+                t.join(60)
+
+
+def count(
+    name: str,
+    cmd: list[str],
+    port: int,
+    out: Path,
+    n: int,
+    start_timeout: float = 120,
+    watch: int | None = None,
+) -> float:
+    """Instructions per request of ``cmd`` (listening on ``port``) for ``n`` requests after a warm-up;
+    ``watch``: the admin port whose console is read meanwhile (``Watchers``)."""
     proc = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
         stdout=subprocess.DEVNULL,
@@ -68,10 +136,15 @@ def count(name: str, cmd: list[str], port: int, out: Path, n: int, start_timeout
     )
     try:
         wait_port(port, proc, timeout=start_timeout)  # under valgrind, start-up is slow
+        watchers = Watchers(watch)
+        watchers.arm()
         get(port, 300, 8)  # warm up: connections, pools, caches
         subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
-        get(port, n, 8)
+        with watchers:
+            get(port, n, 8)
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+        if watch is not None:
+            print(f"{name}: the console was read {watchers.polls} times, {watchers.records} requests tapped")
     finally:
         stop(proc)
     dumps = sorted(out.parent.glob(out.name + ".*"))
@@ -92,6 +165,13 @@ def main() -> int:
     ap.add_argument(
         "--admission", action="store_true", help="give the listener a request rate limit it never reaches"
     )
+    ap.add_argument(
+        "--console",
+        choices=("off", "idle", "watched"),
+        default="off",
+        help="off: no admin port; idle: the admin port and its console, nobody looking; watched: the page "
+        "and sidecar tap reading it during the measured requests",
+    )
     args = ap.parse_args()
     for tool in ("valgrind", "callgrind_control", "nginx", "haproxy", "taskset"):
         if shutil.which(tool) is None:
@@ -104,8 +184,17 @@ def main() -> int:
         try:
             wait_port(up, nginx)
             conf = sidecar_conf(tmp, sp, up)
+            admin = None
+            if args.console != "off":
+                admin = free_port()
+                text = conf.read_text().replace(
+                    "admin: {listen: null}", f'admin: {{listen: "127.0.0.1:{admin}"}}'
+                )
+                conf.write_text(text)
             if args.admission:
-                text = conf.read_text().replace("policy: http-default}", "policy: http-default, admission: gate}")
+                text = conf.read_text().replace(
+                    "policy: http-default}", "policy: http-default, admission: gate}"
+                )
                 conf.write_text(text + "admission:\n  gate: {requests: {rate: 1000000000, burst: 1s}}\n")
             sidecar = [str(ROOT / ".venv" / "bin" / "sidecar"), "run", "-c", str(conf)]
             per = {
@@ -124,6 +213,7 @@ def main() -> int:
                     tmp / "s",
                     args.requests,
                     args.start_timeout,
+                    admin if args.console == "watched" else None,
                 ),
             }
         finally:

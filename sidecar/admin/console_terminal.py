@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -150,7 +151,7 @@ def tap(
     try:
         while True:
             for r in doc["records"]:
-                out.print(tap_line(r))
+                out.print(tap_line(r), soft_wrap=True)  # a long line wraps in the terminal, not in rich
             if doc["missed"]:
                 out.print(
                     f"… {doc['missed']} more not shown (too many to list: filter with --upstream, --listener)",
@@ -204,7 +205,9 @@ def top_view(state: Mapping[str, Any], rows: int = 20) -> Group:
     if last:
         header.append(f"  last reload {last['result']}", "red" if last["result"] == "rejected" else "")
     header.append(f"  tap {'recording' if state['tap']['armed'] else 'idle'}", "grey62")
-    traffic = Table(title="traffic (last second)", title_justify="left", expand=True, pad_edge=False)
+    traffic = Table(
+        title="traffic (last second)", title_justify="left", expand=True, pad_edge=False, box=box.SIMPLE_HEAD
+    )
     for col in (
         "listener → upstream",
         "req/s",
@@ -250,6 +253,7 @@ def top_view(state: Mapping[str, Any], rows: int = 20) -> Group:
             title_justify="left",
             expand=True,
             pad_edge=False,
+            box=box.SIMPLE_HEAD,
         )
         for col in (
             "endpoint",

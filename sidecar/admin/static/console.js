@@ -302,7 +302,7 @@
 
   const CHARTS = [
     { id: 'chart-success', from: 'pairs', line: 'success', range: [0, 1], fmt: (v) => (v * 100).toFixed(0) + ' %' },
-    { id: 'chart-amplification', from: 'pairs', line: 'amplification', fmt: (v) => v.toFixed(1) },
+    { id: 'chart-amplification', from: 'pairs', line: 'amplification', fmt: (v) => v.toFixed(2) },
     { id: 'chart-p99', from: 'pairs', line: 'p99', fmt: (v) => v.toFixed(0) },
     { id: 'chart-limit', from: 'endpoints', line: 'limit', fmt: (v) => v.toFixed(0) },
   ];
@@ -325,13 +325,14 @@
         }
         const opts = {
           width: Math.max(280, el.clientWidth), height: 190,
-          scales: { x: { time: true }, y: c.range ? { range: c.range } : { auto: true } },
+          // the x axis always spans the last 5 minutes, the newest point at its right edge
+          scales: { x: { time: true, range: (u, min, max) => [max - POINTS, max] }, y: c.range ? { range: c.range } : { auto: true } },
           axes: [{}, { size: 56, values: (u, vals) => vals.map((v) => (v === null ? '' : c.fmt(v))) }],
           series: [{}, ...keys.map((k, i) => ({
             label: k, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: false,
             value: (u, v) => (v === null ? '–' : c.fmt(v)),
           }))],
-          legend: { live: true },
+          legend: { live: false },
         };
         chart = view.charts[c.id] = { signature, plot: new uPlot(opts, data, el) };
       } else {

@@ -30,7 +30,7 @@ def config(endpoints: list[str], **admin: Any) -> dict[str, Any]:
         "upstreams": {
             "orders": {
                 "endpoints": endpoints,
-                "overload_cooldown": "3s",
+                "overload_cooldown": "500ms",  # the overloaded endpoint is tried (and retried away from) twice a second
                 # the overloaded endpoint stays "cooldown" (overloaded), never ejected: what the page must show
                 "outlier_detection": {"enabled": False},
                 "concurrency": {"mode": "probing", "initial": 16, "min": 4, "max": 64},
