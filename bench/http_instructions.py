@@ -11,21 +11,24 @@ instructions being cheaper (compiled C over compact buffers, against Python obje
 
 Needs valgrind and nginx (``apt-get install -y valgrind nginx haproxy``); takes about a minute.
 
-    .venv/bin/python bench/http_instructions.py [--requests 2000] [--admission] [--console off|idle|watched]
+    .venv/bin/python bench/http_instructions.py [--requests 2000] [--admission] [--console off|idle|armed|watched]
 
 ``--admission`` gives the sidecar's listener a request rate limit it never reaches (admission, issue 12):
 the cost of the request gate on every request.
 
 ``--console`` (issue 25) says what of the admin port's console runs: ``off`` (no admin port, as by default
 here), ``idle`` (the admin port on, the console's sampler ticking once a second, nobody looking: the tap is
-not recording), ``watched`` (during the measured requests, a thread polls as the page does, /api/state,
-/api/series and /api/tap once a second, and another streams the tap as ``sidecar tap`` does: the tap records
-every request, and the admin port's answers are counted too).
+not recording), ``armed`` (the tap records every request: someone reads it), ``watched`` (armed, and also
+the instructions of one refresh of the page, and of one tapped request served to ``sidecar tap``: under
+valgrind the sidecar serves a hundred requests a second, so a reader polling by the clock would weigh on
+each request fifty times more than at full speed; these two are counted apart, and the cost at 1,000
+requests/s is worked out from them).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import selectors
 import shutil
@@ -35,6 +38,7 @@ import sys
 import tempfile
 import threading
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from common import free_port, wait_port
@@ -67,55 +71,63 @@ def get(port: int, n: int, connections: int) -> None:
         s.close()
 
 
-class Watchers:
-    """The console's readers during the measured requests: the page (three GETs a second) and ``sidecar tap``
-    (a long poll at most ten times a second). ``None`` admin: nobody."""
+class Callgrind:
+    """A process under callgrind whose instructions are counted for one stretch of work at a time."""
 
-    def __init__(self, admin: int | None) -> None:
+    def __init__(self, name: str, cmd: list[str], port: int, out: Path, start_timeout: float) -> None:
+        self.name = name
+        self.out = out
+        self.proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            wait_port(port, self.proc, timeout=start_timeout)  # under valgrind, start-up is slow
+        except BaseException:
+            stop(self.proc)
+            raise
+
+    def measure(self, work: Callable[[], None]) -> int:
+        """The instructions the process executed while ``work()`` ran."""
+        pid = str(self.proc.pid)
+        subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
+        work()
+        subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+        dumps = sorted(self.out.parent.glob(self.out.name + ".*"), key=lambda p: p.stat().st_mtime)
+        if not dumps:
+            raise RuntimeError(f"{self.name}: callgrind wrote no dump")
+        m = re.search(r"^summary: (\d+)$", dumps[-1].read_text(errors="replace"), re.M)
+        if m is None:
+            raise RuntimeError(f"{self.name}: no summary in {dumps[-1]}")
+        return int(m.group(1))
+
+    def close(self) -> None:
+        stop(self.proc)
+
+
+class Console:
+    """The console of the sidecar's admin port, read as the page and ``sidecar tap`` read it."""
+
+    def __init__(self, admin: int) -> None:
         self.admin = admin
-        self.done = threading.Event()
-        self.threads = [threading.Thread(target=f, daemon=True) for f in (self._page, self._tap)]
-        self.polls = 0
-        self.records = 0
+        self.series = -1
+        self.tap = -1
 
-    def _get(self, path: str) -> dict:
-        import json
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}{path}", timeout=30) as r:
-            self.polls += 1
+    def get(self, path: str) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}{path}", timeout=60) as r:
             return json.loads(r.read())
 
-    def _page(self) -> None:
-        series = tap = -1
-        while not self.done.is_set():
-            self._get("/api/state")
-            series = self._get(f"/api/series?since={series}")["next"] - 1
-            tap = self._get(f"/api/tap?since={tap}&limit=100")["next"]
-            self.done.wait(1.0)
+    def page(self) -> None:
+        """One refresh of the page: the sidecar's state, the new points, the newest 100 requests of the tap."""
+        self.get("/api/state")
+        self.series = self.get(f"/api/series?since={self.series}")["next"] - 1
+        self.tap = self.get(f"/api/tap?since={self.tap}&limit=100")["next"]
 
-    def _tap(self) -> None:
-        since = -1
-        while not self.done.is_set():
-            doc = self._get(f"/api/tap?since={since}&limit=500&wait=5")
-            since = doc["next"]
-            self.records += len(doc["records"])
-            self.done.wait(0.1)
-
-    def arm(self) -> None:
-        if self.admin is not None:
-            self._get("/api/tap?limit=0")
-
-    def __enter__(self) -> Watchers:
-        if self.admin is not None:
-            for t in self.threads:
-                t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        if self.admin is not None:
-            for t in self.threads:
-                t.join(60)
+    def keep_armed(self, done: threading.Event) -> None:
+        """A reader's request every 10 s keeps the tap recording (it stops 30 s after the last one)."""
+        while not done.wait(10.0):
+            self.get("/api/tap?limit=0")
 
 
 def count(
@@ -125,35 +137,50 @@ def count(
     out: Path,
     n: int,
     start_timeout: float = 120,
-    watch: int | None = None,
-) -> float:
-    """Instructions per request of ``cmd`` (listening on ``port``) for ``n`` requests after a warm-up;
-    ``watch``: the admin port whose console is read meanwhile (``Watchers``)."""
-    proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    console: str = "off",
+    admin: int | None = None,
+) -> dict[str, float]:
+    """Instructions per request of ``cmd`` (listening on ``port``) for ``n`` requests after a warm-up; with the
+    console ``armed`` or ``watched``, also what reading it costs (``watched``: per page refresh, and per
+    tapped request served to ``sidecar tap``)."""
+    proc = Callgrind(name, cmd, port, out, start_timeout)
     try:
-        wait_port(port, proc, timeout=start_timeout)  # under valgrind, start-up is slow
-        watchers = Watchers(watch)
-        watchers.arm()
+        reader = Console(admin) if admin is not None and console in ("armed", "watched") else None
+        if reader is not None:
+            reader.get("/api/tap?limit=0")
         get(port, 300, 8)  # warm up: connections, pools, caches
-        subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
-        with watchers:
-            get(port, n, 8)
-        subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
-        if watch is not None:
-            print(f"{name}: the console was read {watchers.polls} times, {watchers.records} requests tapped")
+        done = threading.Event()
+        keeper = threading.Thread(target=reader.keep_armed, args=(done,), daemon=True) if reader else None
+        if keeper is not None:
+            keeper.start()
+        try:
+            result = {"request": proc.measure(lambda: get(port, n, 8)) / n}
+        finally:
+            done.set()
+        if reader is not None and console == "watched":
+            reader.page()  # the first refresh reads all it can; the measured ones read what a second brings
+            get(port, 100, 8)
+            pages = 10
+
+            def refreshes() -> None:
+                for _ in range(pages):
+                    get(port, 100, 8)  # what a second brings at 100 requests/s
+                    reader.page()
+
+            both = proc.measure(refreshes)
+            alone = proc.measure(lambda: [get(port, 100, 8) for _ in range(pages)])
+            result["page refresh"] = (both - alone) / pages
+            served = 0
+
+            def stream() -> None:
+                nonlocal served
+                for _ in range(5):
+                    served += len(reader.get("/api/tap?since=-1&limit=1000")["records"])
+
+            result["tapped request served"] = proc.measure(stream) / served
+        return result
     finally:
-        stop(proc)
-    dumps = sorted(out.parent.glob(out.name + ".*"))
-    if not dumps:
-        raise RuntimeError(f"{name}: callgrind wrote no dump")
-    m = re.search(r"^summary: (\d+)$", dumps[-1].read_text(errors="replace"), re.M)
-    if m is None:
-        raise RuntimeError(f"{name}: no summary in {dumps[-1]}")
-    return int(m.group(1)) / n
+        proc.close()
 
 
 def main() -> int:
@@ -167,10 +194,10 @@ def main() -> int:
     )
     ap.add_argument(
         "--console",
-        choices=("off", "idle", "watched"),
+        choices=("off", "idle", "armed", "watched"),
         default="off",
-        help="off: no admin port; idle: the admin port and its console, nobody looking; watched: the page "
-        "and sidecar tap reading it during the measured requests",
+        help="off: no admin port; idle: the admin port and its console, nobody looking; armed: the tap "
+        "recording every request; watched: armed, and the cost of a page refresh and of a tapped request served",
     )
     args = ap.parse_args()
     for tool in ("valgrind", "callgrind_control", "nginx", "haproxy", "taskset"):
@@ -197,33 +224,42 @@ def main() -> int:
                 )
                 conf.write_text(text + "admission:\n  gate: {requests: {rate: 1000000000, burst: 1s}}\n")
             sidecar = [str(ROOT / ".venv" / "bin" / "sidecar"), "run", "-c", str(conf)]
-            per = {
-                "haproxy": count(
-                    "haproxy",
-                    ["haproxy", "-f", str(haproxy_conf(tmp, hp, up))],
-                    hp,
-                    tmp / "h",
-                    args.requests,
-                    args.start_timeout,
-                ),
-                "sidecar": count(
-                    "sidecar",
-                    [*sidecar, "--log-level", "warning"],
-                    sp,
-                    tmp / "s",
-                    args.requests,
-                    args.start_timeout,
-                    admin if args.console == "watched" else None,
-                ),
-            }
+            haproxy = count(
+                "haproxy",
+                ["haproxy", "-f", str(haproxy_conf(tmp, hp, up))],
+                hp,
+                tmp / "h",
+                args.requests,
+                args.start_timeout,
+            )
+            sidecar_ = count(
+                "sidecar",
+                [*sidecar, "--log-level", "warning"],
+                sp,
+                tmp / "s",
+                args.requests,
+                args.start_timeout,
+                args.console,
+                admin,
+            )
         finally:
             stop(nginx)
-    for name, v in per.items():
-        print(f"{name:8} {v:9,.0f} user-space instructions per request")
+    print(f"haproxy  {haproxy['request']:9,.0f} user-space instructions per request")
     print(
-        f"sidecar/HAProxy: {per['sidecar'] / per['haproxy']:.2f} (instructions, not time: HAProxy's run faster,"
-        " so compare the sidecar with itself across changes; http_overhead.py measures time)"
+        f"sidecar  {sidecar_['request']:9,.0f} user-space instructions per request (console: {args.console})"
     )
+    print(
+        f"sidecar/HAProxy: {sidecar_['request'] / haproxy['request']:.2f} (instructions, not time: HAProxy's run"
+        " faster, so compare the sidecar with itself across changes; http_overhead.py measures time)"
+    )
+    if "page refresh" in sidecar_:
+        page, served = sidecar_["page refresh"], sidecar_["tapped request served"]
+        print(f"console: {page:,.0f} instructions per page refresh (once a second while the page is open)")
+        print(f"console: {served:,.0f} instructions per tapped request served to sidecar tap (or the page)")
+        print(
+            "console: at 1,000 requests/s with the page open and sidecar tap given every request, a request costs"
+            f" {sidecar_['request'] + page / 1000 + served:,.0f} instructions"
+        )
     return 0
 
 

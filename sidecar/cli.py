@@ -72,8 +72,14 @@ def demo(
     only: list[str] = typer.Option(None, "--only", help="Run only these parts: http, grpc, mongodb."),
     duration: float = typer.Option(10.0, help="Seconds of load per part."),
     rate: float = typer.Option(200.0, help="Requests per second offered by the demo's clients."),
+    admin: str = typer.Option(
+        None,
+        "--admin",
+        help="Serve the console here (host:port; default 127.0.0.1:9901, or a free port if taken).",
+    ),
 ) -> None:
-    """Show the sidecar at work: built-in faulty upstreams, the sidecar in front, real client load."""
+    """Show the sidecar at work: built-in faulty upstreams, the sidecar in front, real client load; its
+    console (the live page, sidecar tap, sidecar top) on the admin port while it runs."""
     from .demo import PARTS, load_part
     from .demo.runner import run_part
 
@@ -85,10 +91,19 @@ def demo(
         )
         raise typer.Exit(2)
     parts = [load_part(name) for name in names]
+    from .demo import console_address
+
+    listen = _admin(admin) if admin is not None else console_address()
+    host, _, port = listen.rpartition(":")
+    typer.echo(
+        f"The console: http://{host}:{port}/ (open it while the demo runs; each part's sidecar serves it in turn;"
+        f" longer: sidecar demo --duration 60)\n  in a terminal: sidecar tap --admin {listen}   |   sidecar top"
+        f" --admin {listen}"
+    )
 
     async def all_parts() -> None:
         for part in parts:
-            await run_part(part, duration, rate)
+            await run_part(part, duration, rate, admin=listen)
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

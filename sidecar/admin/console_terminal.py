@@ -145,7 +145,7 @@ def tap(
         style="grey62",
         markup=False,
     )
-    params["limit"] = 500
+    params["limit"] = 200  # at most 2,000 lines a second: beyond, the count of those not shown
     params["wait"] = TAP_WAIT
     lost = False
     try:

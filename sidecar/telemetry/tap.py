@@ -30,7 +30,9 @@ CAPACITY: Final = 1024
 #: The order of an endpoint's outcome counts (:meth:`Tap.outcomes_taken`): the outcome classes, then attempts
 #: cancelled before they had one (a hedge that lost, the deadline, the client gone).
 OUTCOMES: Final = (*(c.value for c in OutcomeClass), "cancelled")
-_INDEX: Final[dict[str, int]] = {name: i for i, name in enumerate(OUTCOMES)}
+#: The classes in that order, found by identity (an enum member's hash and ``.value`` are Python calls; the
+#: members are ``str``: the record keeps the member itself and JSON writes its text).
+_CLASSES: Final = tuple(OutcomeClass)
 _CANCELLED: Final = len(OUTCOMES) - 1
 _perf_counter: Final = time.perf_counter
 _time: Final = time.time
@@ -156,19 +158,25 @@ class TapRecord:
         if a is None:
             return
         a.end = self._ms()
-        a.outcome = outcome.cls.value
+        cls = outcome.cls
+        a.outcome = cls
         a.detail = outcome.detail
         pb = outcome.pushback
         if pb is not None:
             delay = pb.delay
             a.pushback = -2.0 if delay is None else delay * 1000.0
-        self.tap.count(self.upstream, a.endpoint, _INDEX[a.outcome])
+        index = 0
+        for c in _CLASSES:
+            if c is cls:
+                break
+            index += 1
+        self.tap.count(self.upstream, a.endpoint, index)
 
     def attempt_cancelled(self, cmd: CancelAttempt) -> None:
         a = self._attempt(cmd.attempt)
         if a is None:
             return
-        a.cancelled = cmd.reason.value
+        a.cancelled = cmd.reason
         if a.end < 0:
             a.end = self._ms()
             self.tap.count(self.upstream, a.endpoint, _CANCELLED)
@@ -176,11 +184,11 @@ class TapRecord:
     def decision(self, d: Decision) -> None:
         a = self._attempt(d.attempt)
         if a is not None:
-            a.decision = d.reason.value
+            a.decision = d.reason
             a.wait = d.delay * 1000.0
 
     def finished(self, f: Finish) -> None:
-        self.reason = f.reason.value
+        self.reason = f.reason
 
     def refused(self, reason: str) -> None:
         self.reason = reason

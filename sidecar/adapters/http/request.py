@@ -253,7 +253,7 @@ class Forwarder:
         timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None  # the client's
         method = "GET" if req.method == b"GET" else _METHODS.get(req.method) or req.method.decode("latin-1")
         attrs: dict[str, str | int] | None = None
-        if self.tracing or self.telemetry.tap is not None:  # only when there are spans, or a tap (the path)
+        if self.tracing:  # span attributes cost only when there are spans
             attrs = {
                 "http.request.method": method,
                 "url.path": target_url.partition(b"?")[0].decode("latin-1"),
@@ -265,6 +265,8 @@ class Forwarder:
                 attrs["server.address"] = h
                 if p is not None:
                     attrs["server.port"] = p
+        elif self.telemetry.tap is not None:  # the console's tap shows the path (never the query string)
+            attrs = {"url.path": target_url.partition(b"?")[0].decode("latin-1")}
         may_retry = req.idempotent or plan.retry_non_idempotent
         if body is not None:
             body.restrict(plan.replay_limit)

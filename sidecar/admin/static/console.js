@@ -198,18 +198,14 @@
         + rows.join('') + '</tbody></table>' + more + '</div>');
     }
     $('upstreams').innerHTML = out.join('') || '<p class="muted">no upstream</p>';
-    sizeBars($('upstreams'));
-  }
-
-  function sizeBars(root) {
-    for (const i of root.querySelectorAll('.bar i[data-n]')) i.style.flexGrow = i.dataset.n;
   }
 
   function outcomeBar(outcomes) {
     const total = sum(outcomes);
     if (!total) return '<span class="muted">none</span>';
-    // widths are set afterwards (sizeBars): the page's CSP allows no inline style attribute
-    const bar = Object.entries(outcomes).map(([k, n]) => '<i class="o-' + esc(k) + '" data-n="' + n + '"></i>').join('');
+    // widths in twentieths, by class (console.css): the page's CSP allows no inline style attribute
+    const bar = Object.entries(outcomes).filter(([, n]) => n)
+      .map(([k, n]) => '<i class="o-' + esc(k) + ' w' + Math.max(1, Math.round((20 * n) / total)) + '"></i>').join('');
     return '<span class="bar" title="' + esc(list(outcomes, count)) + '">' + bar + '</span> ' + list(outcomes, count);
   }
 
@@ -301,11 +297,13 @@
   }
 
   const CHARTS = [
-    { id: 'chart-success', from: 'pairs', line: 'success', range: [0, 1], fmt: (v) => (v * 100).toFixed(0) + ' %' },
-    { id: 'chart-amplification', from: 'pairs', line: 'amplification', fmt: (v) => v.toFixed(2) },
-    { id: 'chart-p99', from: 'pairs', line: 'p99', fmt: (v) => v.toFixed(0) },
-    { id: 'chart-limit', from: 'endpoints', line: 'limit', fmt: (v) => v.toFixed(0) },
+    { id: 'chart-success', from: 'pairs', line: 'success', range: [0, 1], ticks: (v) => (v * 100).toFixed(0) + ' %' },
+    { id: 'chart-amplification', from: 'pairs', line: 'amplification' },
+    { id: 'chart-p99', from: 'pairs', line: 'p99' },
+    { id: 'chart-limit', from: 'endpoints', line: 'limit' },
   ];
+  const LEGEND_MAX = 10;        // more lines than this: no legend (the tables name them)
+  const hhmmss = (t) => new Date(t * 1000).toLocaleTimeString([], { hour12: false });
 
   function drawCharts() {
     for (const c of CHARTS) {
@@ -327,14 +325,18 @@
           width: Math.max(280, el.clientWidth), height: 190,
           // the x axis always spans the last 5 minutes, the newest point at its right edge
           scales: { x: { time: true, range: (u, min, max) => [max - POINTS, max] }, y: c.range ? { range: c.range } : { auto: true } },
-          axes: [{}, { size: 56, values: (u, vals) => vals.map((v) => (v === null ? '' : c.fmt(v))) }],
-          series: [{}, ...keys.map((k, i) => ({
-            label: k, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: false,
-            value: (u, v) => (v === null ? '–' : c.fmt(v)),
-          }))],
-          legend: { live: false },
+          axes: [
+            { space: 70, values: (u, ticks) => ticks.map(hhmmss) },
+            c.ticks ? { size: 56, values: (u, ticks) => ticks.map(c.ticks) } : { size: 56 },
+          ],
+          series: [{}, ...keys.map((k, i) => ({ label: k, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: false }))],
+          legend: { show: keys.length <= LEGEND_MAX, live: false },
         };
         chart = view.charts[c.id] = { signature, plot: new uPlot(opts, data, el) };
+        if (keys.length > LEGEND_MAX) {
+          el.insertAdjacentHTML('beforeend', '<p class="muted">' + keys.length + ' lines' + (c.from === 'endpoints'
+            ? ' (the first endpoints seen, 32 at most an upstream); every limit is in the table below' : '') + '</p>');
+        }
       } else {
         chart.plot.setData(data);
       }
