@@ -8,6 +8,7 @@ let it run as root; every browser gets an empty profile of its own.
 
 from __future__ import annotations
 
+import base64
 import os
 import tempfile
 from collections.abc import Iterator
@@ -64,3 +65,15 @@ def console_errors(driver: Any) -> list[str]:
     """The page's console messages of level SEVERE since the last call: errors, uncaught exceptions, refused
     resources and content-security-policy violations."""
     return [f"{e['level']}: {e['message']}" for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def screenshot(driver: Any, path: str) -> None:
+    """The whole page as a PNG at ``path``, not only what the window shows (Chromium's DevTools protocol)."""
+    driver.execute_script("window.scrollTo(0, 0)")
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(shot["data"]))

@@ -20,7 +20,7 @@
   window.sidecarConsole = stats;
 
   const view = {
-    seriesNext: -1, epoch: null, tapNext: -1, tapRows: [], missed: 0,
+    seriesNext: -1, epoch: null, tapNext: -1, tapRows: [], notable: [], missed: 0,
     t: [], pairs: new Map(), endpoints: new Map(), charts: {}, showAll: new Set(),
     listeners: new Set(), upstreams: new Set(),
   };
@@ -354,11 +354,16 @@
   });
 
   // -- tap -------------------------------------------------------------------------------------------
+  // a request worth a look: it was retried (or hedged), or it did not end in success
+  const notable = (r) => r.attempts.length > 1 || r.reason !== 'success';
+
   function takeTap(tap) {
     view.tapNext = tap.next;
     view.missed = tap.missed;
     if (!tap.records.length) return;
-    view.tapRows = tap.records.slice().reverse().concat(view.tapRows).slice(0, TAP_ROWS);
+    const newest = tap.records.slice().reverse();
+    view.tapRows = newest.concat(view.tapRows).slice(0, TAP_ROWS);
+    view.notable = newest.filter(notable).concat(view.notable).slice(0, TAP_ROWS);
   }
 
   function attemptText(a) {
@@ -381,7 +386,8 @@
   function drawTap() {
     const lf = $('tap-listener').value;
     const uf = $('tap-upstream').value;
-    const rows = view.tapRows.filter((r) => (!lf || r.listener === lf) && (!uf || r.upstream === uf)).map((r) => {
+    const source = $('tap-notable').checked ? view.notable : view.tapRows;
+    const rows = source.filter((r) => (!lf || r.listener === lf) && (!uf || r.upstream === uf)).map((r) => {
       const result = esc(r.reason || '–') + (r.status ? ' (' + esc(r.status) + ')' : '');
       return '<tr data-seq="' + r.seq + '" data-reason="' + esc(r.reason) + '"><td>' + clock(r.at) + '</td><td>'
         + esc(r.listener + ' → ' + r.upstream) + '</td><td class="route">' + esc(r.route) + '</td><td>'
@@ -393,6 +399,8 @@
     $('tap').tBodies[0].innerHTML = rows.join('') || '<tr><td colspan="6" class="muted">no request since the tap started recording</td></tr>';
     $('tap-missed').textContent = view.missed ? view.missed + ' more in the last second not listed' : '';
   }
+
+  for (const id of ['tap-notable', 'tap-listener', 'tap-upstream']) $(id).addEventListener('change', drawTap);
 
   poll();
 })();

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.testing.browser import chromium, console_errors, missing
+from sidecar.testing.browser import chromium, console_errors, missing, screenshot
 
 from .scenario import ARTIFACTS, SECRET, eventually, scene, sum_of
 
@@ -60,7 +60,7 @@ async def test_the_page_shows_an_overloaded_endpoint_retries_its_tap_and_the_num
             ),
             "cooldown and retries in /api/state",
         )
-        with chromium(1400, 1700) as driver:
+        with chromium(1280, 1240) as driver:
             pair = "web → orders"
             hot = s.hot.endpoint
 
@@ -125,10 +125,19 @@ async def test_the_page_shows_an_overloaded_endpoint_retries_its_tap_and_the_num
                 and "success (200)" in retried
             )
             assert "token" not in text and SECRET not in await asyncio.to_thread(lambda: driver.page_source)
+
+            def notable() -> list[str]:
+                driver.find_element("id", "tap-notable").click()  # only the retried or failed ones
+                return js(
+                    driver, "return [...document.querySelectorAll('#tap tbody tr')].map(r => r.innerText)"
+                )
+
+            rows = await asyncio.to_thread(notable)
+            assert rows and all("→ retry" in r or "hedge" in r or "success (200)" not in r for r in rows), (
+                rows
+            )
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            await asyncio.to_thread(
-                driver.save_screenshot, str(ARTIFACTS / "console.png")
-            )  # the scene at work
+            await asyncio.to_thread(screenshot, driver, str(ARTIFACTS / "console.png"))  # the scene at work
 
             # the totals are the numbers /metrics exports
             await s.stop_load()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -39,9 +40,14 @@ class Terminal:
         return out.decode()
 
     async def run(self, *command: str, width: int = 200, height: int = 50) -> None:
+        """Run ``command`` in the pane; bash says how it ended (tmux's own pane status is not always filled in
+        when a process exits: it may see the terminal close before it reaps the process)."""
         await self.tmux("new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height), "sh")
         await self.tmux("set-option", "-t", "t", "remain-on-exit", "on")
-        await self.tmux("respawn-pane", "-k", "-t", "t", " ".join(command))
+        line = " ".join(shlex.quote(c) for c in command)
+        await self.tmux(
+            "respawn-pane", "-k", "-t", "t", f"bash -c {shlex.quote(line + '; echo [exit status $?]')}"
+        )
 
     async def screen(self) -> str:
         """What the terminal shows now (lines that wrapped joined back)."""
@@ -51,11 +57,11 @@ class Terminal:
         """Everything printed so far: the lines scrolled out of sight, then the screen."""
         return await self.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "t")
 
-    async def exited(self) -> str | None:
-        """The command's exit status once it has exited (``None`` while it runs)."""
-        shown = await self.tmux("display-message", "-p", "-t", "t", "#{pane_dead} #{pane_dead_status}")
-        dead, _, status = shown.partition(" ")
-        return status.strip() if dead == "1" else None
+    async def interrupt(self) -> str:
+        """Ctrl-C, then the command's exit status."""
+        await self.tmux("send-keys", "-t", "t", "C-c")
+        screen = await eventually(self.scrollback, lambda text: "[exit status " in text, "the command exits")
+        return screen.rpartition("[exit status ")[2].partition("]")[0]
 
     async def close(self) -> None:
         await self.tmux("kill-server")
@@ -93,8 +99,7 @@ async def test_sidecar_tap_prints_a_line_per_request_with_its_attempts_and_decis
         assert f"#1 {s.hot.endpoint} overloaded 503" in line and "#2 127.0.0.1:" in line
         assert "token" not in screen and SECRET not in screen
         assert screen.startswith(f"tapping http://{s.admin_hostport}: a line per request; Ctrl-C stops")
-        await terminal.tmux("send-keys", "-t", "t", "C-c")
-        assert await eventually(terminal.exited, lambda st: st is not None, "tap exits") == "0"
+        assert await terminal.interrupt() == "0"
 
 
 async def test_sidecar_tap_with_a_filter_shows_only_that_upstream(terminal: Terminal) -> None:
@@ -106,8 +111,7 @@ async def test_sidecar_tap_with_a_filter_shows_only_that_upstream(terminal: Term
         await until(lambda: s.sent > sent + 50, "50 more requests")
         screen = await terminal.scrollback()
         assert "GET /orders/" not in screen, screen
-        await terminal.tmux("send-keys", "-t", "t", "C-c")
-        assert await eventually(terminal.exited, lambda st: st is not None, "tap exits") == "0"
+        assert await terminal.interrupt() == "0"
 
 
 async def test_sidecar_top_shows_each_endpoint_s_state_and_the_traffic(terminal: Terminal) -> None:
@@ -130,8 +134,7 @@ async def test_sidecar_top_shows_each_endpoint_s_state_and_the_traffic(terminal:
             assert any(good.endpoint in x and " active" in x for x in screen.splitlines())
         state = await s.get("/api/state")
         assert f"config generation {state['config']['generation']}" in screen
-        await terminal.tmux("send-keys", "-t", "t", "C-c")
-        assert await eventually(terminal.exited, lambda st: st is not None, "top exits") == "0"
+        assert await terminal.interrupt() == "0"
 
 
 def test_tap_and_top_say_when_the_admin_port_cannot_be_reached() -> None:
