@@ -110,9 +110,7 @@ class MongoTestServer:
         self.accepting = True  # False: close new connections at once (an ingress connection limiter)
         self.in_flight = 0  # commands being run now (hello and authentication excluded)
         self.peak_in_flight = 0  # the most at once
-        self.hold: asyncio.Event | None = (
-            None  # when set to an unset event, held commands wait for it (tests)
-        )
+        self.hold: asyncio.Event | None = None  # when set to an unset event, held commands wait for it (tests)
         self.held: frozenset[str] = frozenset()  # the commands ``hold`` holds (names)
 
     # -- lifecycle -------------------------------------------------------------------------------------
