@@ -152,3 +152,13 @@ def test_tap_and_top_say_when_the_admin_port_cannot_be_reached() -> None:
         sidecar("tap", "--admin", "nowhere"), capture_output=True, text=True, timeout=60, check=False
     )
     assert r.returncode == 2 and "--admin: 'nowhere' has no port" in r.stderr
+
+
+def test_sidecar_run_never_imports_rich() -> None:
+    """rich is for tap and top: the sidecar itself (its composition root and command line) runs without it."""
+    code = (
+        "import sys, sidecar.cli, sidecar.app; "
+        "print(sorted(m for m in sys.modules if m == 'rich' or m.startswith('rich.')))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert r.stdout.strip() == "[]"
