@@ -40,8 +40,7 @@ def run(
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
     uvloop: bool = typer.Option(True, help="Use uvloop when it is installed."),
     watch_interval: float = typer.Option(
-        1.0,
-        help="Seconds between checks of the config file for a change to reload (0: reload on SIGHUP only).",
+        1.0, help="Seconds between checks of the config file for a change to reload (0: reload on SIGHUP only)."
     ),
 ) -> None:
     """Run the sidecar until SIGTERM/SIGINT; SIGHUP or a change of the config file reloads it."""

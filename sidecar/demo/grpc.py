@@ -120,10 +120,7 @@ def _config(upstreams: list[GrpcUpstream], admin: str | None = None) -> dict:
                 "listen": "127.0.0.1:0",
                 "upstream": "backend",
                 "service_config": SERVICE_CONFIG,
-                "unary_requests": [
-                    "demo.Orders",
-                    "demo.Catalog",
-                ],  # their methods are unary: the cheaper form
+                "unary_requests": ["demo.Orders", "demo.Catalog"],  # their methods are unary: the cheaper form
             }
         ],
     }

@@ -323,14 +323,10 @@ class Metrics:
         ``admission_families``, ``limiter="concurrency"``)."""
         labels = ["upstream", "endpoint", "pool"]
         limit = GaugeMetricFamily(
-            "sidecar_concurrency_limit",
-            "Tickets of an endpoint's pool (attempts it may have in flight)",
-            labels=labels,
+            "sidecar_concurrency_limit", "Tickets of an endpoint's pool (attempts it may have in flight)", labels=labels
         )
         in_use = GaugeMetricFamily(
-            "sidecar_concurrency_in_use",
-            "Tickets of an endpoint's pool held by attempts in flight",
-            labels=labels,
+            "sidecar_concurrency_in_use", "Tickets of an endpoint's pool held by attempts in flight", labels=labels
         )
         queued = GaugeMetricFamily(
             "sidecar_concurrency_queued", "Attempts waiting for a ticket of an endpoint's pool", labels=labels
@@ -391,9 +387,7 @@ def admission_families(rows: Iterable[AdmissionRow]) -> Iterator[Metric]:
         "sidecar_admission_rejected", "Admissions refused, by reason", labels=[*labels, "reason"]
     )
     available = GaugeMetricFamily(
-        "sidecar_admission_available_tokens",
-        "Tokens (or tickets) a new admission could take now",
-        labels=labels,
+        "sidecar_admission_available_tokens", "Tokens (or tickets) a new admission could take now", labels=labels
     )
     waited = HistogramMetricFamily(
         "sidecar_admission_queue_seconds", "Time queued before admission", labels=labels
