@@ -72,9 +72,11 @@ def endpoint_states(upstream: UpstreamRuntime, now: float) -> list[EndpointState
     return out
 
 
-def finite(x: float) -> float | None:
-    """JSON has no NaN or infinity: ``None`` for them, else ``x`` rounded for reading."""
-    return round(x, 4) if isinstance(x, float) and math.isfinite(x) else (x if isinstance(x, int) else None)
+def finite(x: float | None) -> float | None:
+    """JSON has no NaN or infinity: ``None`` for them (and for ``None``), else ``x`` rounded for reading."""
+    if x is None or isinstance(x, int):
+        return x
+    return round(x, 4) if math.isfinite(x) else None
 
 
 def _figures(last: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -104,7 +106,7 @@ def totals(m: Any) -> dict[str, Any]:
 def door(d: Any, now: float) -> dict[str, Any]:
     out: dict[str, Any] = {"profile": d.profile, "shadow": d.shadow, "fleet": d.fleet}
     for limiter in ("requests", "connections"):
-        bucket = d.__getattribute__(limiter)
+        bucket = getattr(d, limiter)
         if bucket is None:
             out[limiter] = None
             continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import aiohttp
 import pytest
 
 from sidecar.admin.console import ARMED_FOR
@@ -233,3 +234,31 @@ async def test_a_bad_parameter_is_a_400_naming_it(query: dict[str, str]) -> None
             assert (await r.json())["error"].startswith(f"{name}: expected a number")
         async with s.http.get(s.admin + "/api/state") as r:  # nothing else is disturbed
             assert r.status == 200
+
+
+async def test_a_secret_of_the_config_never_shows_in_the_tap() -> None:
+    """A value the config took from the environment is a secret: where a client puts it in a path (or an
+    upstream in an error), the tap shows ``<redacted>``, as /config and the log do."""
+    from sidecar.app import App
+    from sidecar.testing.http_upstream import FaultyUpstream
+
+    token = "tok-3f9a1c77e2"
+    async with FaultyUpstream(keep_records=False) as up:
+        cfg = {
+            "admin": {"listen": "127.0.0.1:0"},
+            "telemetry": {"service_name": "${SERVICE_TOKEN}"},
+            "upstreams": {"orders": {"endpoints": [up.endpoint]}},
+            "listeners": [{"name": "web", "protocol": "http", "listen": "127.0.0.1:0", "upstream": "orders"}],
+        }
+        async with App(load_dict(cfg, {"SERVICE_TOKEN": token})) as app, aiohttp.ClientSession() as http:
+            assert app.admin is not None
+            admin = "http://{}:{}".format(*app.admin.address)
+            async with http.get(admin + "/api/tap", params={"limit": "0"}) as r:
+                assert r.status == 200
+            host, port = app.address("web")
+            async with http.get(f"http://{host}:{port}/users/{token}/orders") as r:
+                assert r.status == 200
+            async with http.get(admin + "/api/tap") as r:
+                text = await r.text()
+    assert token not in text
+    assert json.loads(text)["records"][0]["route"] == "GET /users/<redacted>/orders"
