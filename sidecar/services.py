@@ -2,9 +2,9 @@
 listener's door), telemetry, randomness.
 
 Built once by the composition root (``app.py``) from a validated config. Adapters ask it for a policy by
-name, for their listener's door (``door``: the request and connection gates, issue 12) and for a new engine
-``Call`` bound to an upstream's shared balancer and retry budget; a request the door refuses gets its span
-from ``refused``.
+name and for their listener's door (``door``: the request and connection gates, issue 12); the one way in
+(``admit.py``) asks it for a request's new engine ``Call``, bound to an upstream's shared balancer and retry
+budget (``begin_request``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .admission.refusal import Refusal
 from .buffer_budget import BufferBudget
 from .config import Config, PolicyConfig, UpstreamConfig, retry_policy
 from .gates.concurrency import UpstreamConcurrency
@@ -161,32 +160,6 @@ class Services:
         """The listener's admission (``None``: it admits everything)."""
         return self.doors.get(listener)
 
-    def refused(
-        self,
-        refusal: Refusal,
-        *,
-        listener: str,
-        upstream: str,
-        protocol: str,
-        name: str,
-        attributes: Mapping[str, Any] | None = None,
-        parent: Mapping[str, str] | None = None,
-        meters: Meters | None = None,
-    ) -> RequestObserver:
-        """The telemetry of a request the door refused (it never gets a ``Call``): its span carries the
-        limiter, the reason and when to come back; the adapter answers, then ends it."""
-        obs = self.telemetry.request(
-            listener=listener,
-            upstream=upstream,
-            protocol=protocol,
-            name=name,
-            attributes=attributes,
-            parent=parent,
-            meters=meters,
-        )
-        obs.refused(refusal)
-        return obs
-
     def policy(self, name: str) -> CompiledPolicy:
         return self.policies[name]
 
@@ -215,8 +188,8 @@ class Services:
         max_attempts: int | None = None,
         picker: EndpointPicker | None = None,
     ) -> tuple[Call, RequestObserver]:
-        """What every protocol does before a request's first attempt: its deadline, its telemetry, its engine
-        call (and, later, where admission is decided).
+        """What every protocol does before a request's first attempt, once admitted (``admit.py``): its
+        deadline, its telemetry, its engine call.
 
         ``received``: the timeout the client sent (seconds; ``None``: none), counted from ``arrival``;
         ``cap``: a timeout the adapter applies as if the client had sent it (gRPC's service config).

@@ -64,6 +64,7 @@ def _shared(config: GrpcListenerConfig, services: Services, channels: Channels |
         routes=MethodRoutes(config.method_policies, policy, config.method_timeouts, config.unary_requests),
         channels=channels if channels is not None else _channels(config, upstream.config),
         classifiers={},
+        ways={},
     )
 
 

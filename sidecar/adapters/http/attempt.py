@@ -83,13 +83,14 @@ class Attempter(CallbackAttempter):
         "tasks",
     )
 
+    obs: RequestObserver  # the request's telemetry, set once it is admitted (``Forwarding.begun``)
+
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         plan: Plan,
         body: RequestBody | None,
         head_request: bool,
-        obs: RequestObserver,
         base: bytes,
         name_endpoint: bool,
         resend_ok: bool,
@@ -101,7 +102,6 @@ class Attempter(CallbackAttempter):
         self.plan = plan
         self.body = body
         self.head_request = head_request
-        self.obs = obs
         self.base = base
         self.name_endpoint = name_endpoint
         self.ctx: AttemptContext | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from ...admit import Way
 from ...config.units import split_host_port
 from ...policy import OutcomeClass
 from ...services import CompiledPolicy, UpstreamRuntime
@@ -31,6 +32,8 @@ class Plan:
         "replay_limit",
         "pools",
         "meters",
+        "way",
+        "tickets",
     )
 
     def __init__(
@@ -40,6 +43,7 @@ class Plan:
         retry_non_idempotent: bool | None,
         pools: dict[str, Pool],
         meters: Meters,
+        way: Way,
     ) -> None:
         cfg = policy.config
         self.upstream_name = upstream.name
@@ -57,6 +61,8 @@ class Plan:
         self.replay_limit = DEFAULT_REPLAY_BUFFER if cfg.replay_buffer is None else cfg.replay_buffer
         self.pools = pools
         self.meters = meters  # the (listener, upstream) pair's counters
+        self.way = way  # the listener's way in to this upstream under this policy (``admit.py``)
+        self.tickets = upstream.concurrency is not None  # its attempts take tickets (read or write)
 
     def pool(self, endpoint: str) -> Pool:
         pool = self.pools.get(endpoint)
