@@ -11,13 +11,19 @@ instructions being cheaper (compiled C over compact buffers, against Python obje
 
 Needs valgrind and nginx (``apt-get install -y valgrind nginx haproxy``); takes about a minute.
 
-    .venv/bin/python bench/http_instructions.py [--requests 2000] [--admission] [--console off|idle|armed|watched]
+    .venv/bin/python bench/http_instructions.py [--requests 2000] [--admission] [--upstream static|static3|name3]
+        [--console off|idle|armed|watched]
 
 ``--admission`` gives the sidecar's listener a request rate limit it never reaches (admission, issue 12):
 the cost of the request gate on every request.
 
-``--console`` (issue 25) says what of the admin port's console runs: ``off`` (no admin port, as by default
-here), ``idle`` (the admin port on, the console's sampler ticking once a second, nobody looking: the tap is
+``--upstream`` (issue 21, upstreams by name): ``static`` (the default) is one IP literal; ``static3`` three IP
+literals (nginx on 127.0.0.2, .3 and .4: the balancer's power of two choices among three); ``name3`` one name
+that a real DNS server (dnsmasq, from Debian's ``dnsmasq-base``) resolves to those three addresses, every
+address an endpoint, re-resolved every second while the requests run. HAProxy gets the same servers.
+
+``--console`` (issue 25) says what of the admin port's console runs: ``off`` (no admin port unless
+``--upstream`` needs one for ``/readyz``, as by default here), ``idle`` (the admin port on, the console's sampler ticking once a second, nobody looking: the tap is
 not recording), ``armed`` (the tap records every request: someone reads it), ``watched`` (armed, and also
 the instructions of one refresh of the page, and of one tapped request served to ``sidecar tap``: under
 valgrind the sidecar serves a hundred requests a second, so a reader polling by the clock would weigh on
@@ -43,6 +49,61 @@ from pathlib import Path
 
 from common import free_port, wait_port
 from http_overhead import ROOT, haproxy_conf, nginx_conf, sidecar_conf, start, stop
+
+#: The three addresses of ``--upstream static3`` and ``name3``.
+HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+
+
+def nginx_on(tmp: Path, port: int, hosts: tuple[str, ...]) -> Path:
+    """``nginx_conf`` listening on ``port`` of each of ``hosts``."""
+    conf = nginx_conf(tmp, port)
+    listen = f"listen 127.0.0.1:{port} backlog=4096;"
+    conf.write_text(
+        conf.read_text().replace(listen, " ".join(f"listen {h}:{port} backlog=4096;" for h in hosts))
+    )
+    return conf
+
+
+def haproxy_on(tmp: Path, port: int, upstream: int, hosts: tuple[str, ...]) -> Path:
+    conf = haproxy_conf(tmp, port, upstream)
+    one = f"  server s1 127.0.0.1:{upstream} maxconn 1000\n"
+    servers = "".join(f"  server s{i} {h}:{upstream} maxconn 1000\n" for i, h in enumerate(hosts, 1))
+    conf.write_text(conf.read_text().replace(one, "  balance leastconn\n" + servers))
+    return conf
+
+
+def sidecar_on(tmp: Path, port: int, endpoints: list[str], admin: int, nameserver: str | None) -> Path:
+    """The sidecar of ``sidecar_conf`` in front of ``endpoints``, with an admin port (for ``/readyz``)."""
+    conf = sidecar_conf(tmp, port, 0)
+    text = conf.read_text().replace("admin: {listen: null}", f'admin: {{listen: "127.0.0.1:{admin}"}}')
+    text = text.replace('["127.0.0.1:0"]', json.dumps(endpoints))
+    if nameserver is not None:
+        text = f'resolver: {{nameservers: ["{nameserver}"]}}\n' + text
+        # resolved at start and not again during the measurement: the request path alone is counted (a
+        # refresh every 5 s, spread over a real request rate, is far below one instruction per request; under
+        # valgrind, 50 times slower, it would land on every few requests)
+        text = text.replace(json.dumps(endpoints) + "}", json.dumps(endpoints) + ", dns: {refresh: 1h}}")
+    conf.write_text(text)
+    return conf
+
+
+def wait_ready(admin: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Until ``/readyz`` says 200 (its names resolved once)."""
+    import time
+    import urllib.request
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError("the sidecar exited before it was ready")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the sidecar never became ready")
 
 
 def get(port: int, n: int, connections: int) -> None:
@@ -145,6 +206,8 @@ def count(
     tapped request served to ``sidecar tap``)."""
     proc = Callgrind(name, cmd, port, out, start_timeout)
     try:
+        if admin is not None:
+            wait_ready(admin, proc.proc, timeout=start_timeout)
         reader = Console(admin) if admin is not None and console in ("armed", "watched") else None
         if reader is not None:
             reader.get("/api/tap?limit=0")
@@ -183,6 +246,22 @@ def count(
         proc.close()
 
 
+def wait_on(host: str, port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    """``wait_port`` for a server on another loopback address."""
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited")
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {host}:{port}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=2000)
@@ -193,6 +272,12 @@ def main() -> int:
         "--admission", action="store_true", help="give the listener a request rate limit it never reaches"
     )
     ap.add_argument(
+        "--upstream",
+        choices=("static", "static3", "name3"),
+        default="static",
+        help="one IP literal, three, or a name resolving to three addresses (dnsmasq)",
+    )
+    ap.add_argument(
         "--console",
         choices=("off", "idle", "armed", "watched"),
         default="off",
@@ -200,50 +285,80 @@ def main() -> int:
         "recording every request; watched: armed, and the cost of a page refresh and of a tapped request served",
     )
     args = ap.parse_args()
-    for tool in ("valgrind", "callgrind_control", "nginx", "haproxy", "taskset"):
+    tools = ["valgrind", "callgrind_control", "nginx", "haproxy", "taskset"]
+    if args.upstream == "name3":
+        from sidecar.testing.dns_server import binary
+
+        try:
+            binary()
+        except RuntimeError:
+            print("dnsmasq is missing: apt-get install -y dnsmasq-base", file=sys.stderr)
+            return 2
+    for tool in tools:
         if shutil.which(tool) is None:
             print(f"{tool} is missing: apt-get install -y valgrind nginx haproxy", file=sys.stderr)
             return 2
     with tempfile.TemporaryDirectory(prefix="sidecar-instr-") as t:
         tmp = Path(t)
         up, hp, sp = free_port(), free_port(), free_port()
-        nginx = start(["nginx", "-c", str(nginx_conf(tmp, up))], 1)
+        hosts = ("127.0.0.1",) if args.upstream == "static" else HOSTS
+        nginx = start(["nginx", "-c", str(nginx_on(tmp, up, hosts))], 1)
+        dns = None
+        admin: int | None = None
         try:
-            wait_port(up, nginx)
-            conf = sidecar_conf(tmp, sp, up)
-            admin = None
-            if args.console != "off":
+            wait_on(hosts[0], up, nginx)
+            if args.upstream == "static":
+                conf = sidecar_conf(tmp, sp, up)
+                if args.console != "off":
+                    admin = free_port()
+                    text = conf.read_text().replace(
+                        "admin: {listen: null}", f'admin: {{listen: "127.0.0.1:{admin}"}}'
+                    )
+                    conf.write_text(text)
+            else:
                 admin = free_port()
-                text = conf.read_text().replace(
-                    "admin: {listen: null}", f'admin: {{listen: "127.0.0.1:{admin}"}}'
-                )
-                conf.write_text(text)
+                nameserver = None
+                endpoints = [f"{h}:{up}" for h in hosts]
+                if args.upstream == "name3":
+                    from sidecar.testing.dns_server import DnsServer
+
+                    server = DnsServer({"orders.test": list(HOSTS)}, ttl=1)
+                    dns = start(server.command(), 1)
+                    nameserver, endpoints = server.address, [f"orders.test:{up}"]
+                conf = sidecar_on(tmp, sp, endpoints, admin, nameserver)
             if args.admission:
                 text = conf.read_text().replace(
                     "policy: http-default}", "policy: http-default, admission: gate}"
                 )
                 conf.write_text(text + "admission:\n  gate: {requests: {rate: 1000000000, burst: 1s}}\n")
             sidecar = [str(ROOT / ".venv" / "bin" / "sidecar"), "run", "-c", str(conf)]
-            haproxy = count(
-                "haproxy",
-                ["haproxy", "-f", str(haproxy_conf(tmp, hp, up))],
-                hp,
-                tmp / "h",
-                args.requests,
-                args.start_timeout,
-            )
-            sidecar_ = count(
-                "sidecar",
-                [*sidecar, "--log-level", "warning"],
-                sp,
-                tmp / "s",
-                args.requests,
-                args.start_timeout,
-                args.console,
-                admin,
-            )
+            per = {
+                "haproxy": count(
+                    "haproxy",
+                    ["haproxy", "-f", str(haproxy_on(tmp, hp, up, hosts))],
+                    hp,
+                    tmp / "h",
+                    args.requests,
+                    args.start_timeout,
+                ),
+                "sidecar": count(
+                    "sidecar",
+                    [*sidecar, "--log-level", "warning"],
+                    sp,
+                    tmp / "s",
+                    args.requests,
+                    args.start_timeout,
+                    args.console,
+                    admin,
+                ),
+            }
         finally:
             stop(nginx)
+            if dns is not None:
+                stop(dns)
+                shutil.rmtree(server.hosts.parent, ignore_errors=True)
+    print(f"upstream: {args.upstream}" + (" (admission)" if args.admission else ""))
+    haproxy, sidecar_ = per["haproxy"], per["sidecar"]
     print(f"haproxy  {haproxy['request']:9,.0f} user-space instructions per request")
     print(
         f"sidecar  {sidecar_['request']:9,.0f} user-space instructions per request (console: {args.console})"

@@ -65,13 +65,20 @@ class App:
                 registry=self.telemetry.metrics.registry,
                 ready=self.is_ready,
                 effective_config=effective(config),
+                live=self.live,
             )
             self.console = Console(self)
             self.console.install(self.admin)
 
     def is_ready(self) -> bool:
-        """Started, not draining, and every listener accepting (a gRPC one being rebuilt is not)."""
-        return self.ready and all(lst.serving for lst in self.listeners)
+        """Started, not draining, every listener accepting (a gRPC one being rebuilt is not), and every
+        upstream's names resolved once (successfully or not)."""
+        return self.ready and all(lst.serving for lst in self.listeners) and self.services.resolved
+
+    def live(self) -> dict[str, object]:
+        """What ``/config`` shows beside the config: each upstream's names and addresses as resolved now
+        (a name that came from ``${VAR}`` hidden as in the config itself)."""
+        return {"discovery": redactor(self.config).tree(self.services.discovery_view())}
 
     def address(self, listener: str) -> tuple[str, int]:
         for lst in self.listeners:
@@ -90,6 +97,9 @@ class App:
                     log.error("config reload rejected: %s: %s", path or "(file)", msg)
                 self._reloaded("rejected", [f"{path or '(file)'}: {msg}" for path, msg in e.errors])
                 return False
+            if new != self.config and not restart_reasons(self.config, new):
+                # names the new config adds are resolved first: their upstreams do not start out empty
+                await self.services.discovery.prepare(new)
             return self.apply(new)
 
     def apply(self, new: Config) -> bool:
@@ -127,6 +137,9 @@ class App:
         self.reload_log.record(time.time(), result, messages)
 
     async def start(self) -> None:
+        """The admin port first (``/readyz`` answers 503 meanwhile), the listeners, then every upstream's names
+        resolved once: ready then, whatever the answers (an upstream whose name does not resolve yet gets the
+        no-endpoint answer at once, and its name is tried again on its schedule)."""
         try:
             if self.admin is not None:
                 await self.admin.start()
@@ -138,6 +151,7 @@ class App:
                 log.info("listener %s ready on %s:%d", lst.name, host, port)
             if self.fleet is not None:
                 await self.fleet.start()
+            await self.services.discovery.start()
         except BaseException:
             await self.stop(0)
             raise
@@ -152,6 +166,7 @@ class App:
             await self.fleet.stop()
         if self.console is not None:
             self.console.stop()  # ends long polls of the tap, which the admin server would wait for
+        await self.services.discovery.stop()
         if self.admin is not None:
             await self.admin.stop()
         self.telemetry.shutdown()

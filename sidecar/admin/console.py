@@ -302,7 +302,12 @@ class Console:
             "traffic": st.traffic_view(metrics.pairs(), self.sampler.last.get),
             "upstreams": [
                 st.upstream_view(
-                    up, now, throttles, shares, self.sampler.recent_outcomes(name) if armed else None
+                    up,
+                    now,
+                    throttles,
+                    shares,
+                    self.sampler.recent_outcomes(name) if armed else None,
+                    self.secrets.text,
                 )
                 for name, up in sorted(services.upstreams.items())
             ],

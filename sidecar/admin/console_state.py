@@ -10,7 +10,7 @@ last reload. Nothing here changes what it reads.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..upstream.balancer import Balancer
 
 #: An endpoint's state, worst first: what the console shows (and sorts by).
-DRAINING = "draining"  # its endpoint set dropped it: no new attempts; those in flight finish (issue 21)
+DRAINING = "draining"  # its endpoint set dropped it: no new attempts; those in flight finish
 EJECTED = "ejected"  # outlier detection took it out of the rotation (it kept failing)
 PROBING = "probing"  # ejected, its time up: one request is probing it
 COOLDOWN = "cooldown"  # it answered "overloaded": avoided by every request for overload_cooldown
@@ -44,22 +44,22 @@ class EndpointState:
 def endpoint_states(upstream: UpstreamRuntime, now: float) -> list[EndpointState]:
     """The one place an endpoint's state is read (the page, ``sidecar top`` and the JSON say the same).
 
-    ``now``: the loop's clock. The endpoints are the balancer's, those attempts went to (a MongoDB replica
-    set's members are found by monitoring), and those its ticket pools know. Draining: the endpoints the
-    upstream's endpoint set is letting go of (``UpstreamRuntime.draining``, where the set can drain)."""
+    ``now``: the loop's clock. The endpoints are the balancer's set, those draining out of it (a name now
+    resolves elsewhere, a reload dropped them: attempts still outstanding), and those attempts went to (a
+    MongoDB replica set's members are found by monitoring). The balancer says active, ejected or draining
+    (``Balancer.state``, as ``/config`` does); this adds the cooldown after an overload and the probe of an
+    ejected endpoint, with the time left."""
     balancer: Balancer = upstream.balancer
     names: dict[str, None] = dict.fromkeys(balancer.endpoints)
+    names.update(balancer.draining)
     names.update(dict.fromkeys(balancer.outstanding))
-    concurrency = upstream.concurrency
-    if concurrency is not None:
-        names.update(dict.fromkeys(concurrency.endpoints))
-    draining: Collection[str] = getattr(upstream, "draining", ()) or ()
     ejected = balancer.outliers.ejected if balancer.outliers is not None else {}
     out = []
     for e in names:
         left: float | None = None
+        base = balancer.state(e)
         health = ejected.get(e)
-        if e in draining:
+        if base == DRAINING:
             state = DRAINING
         elif health is not None:
             state = PROBING if health.probing else EJECTED
@@ -145,14 +145,18 @@ def upstream_view(
     throttles: Mapping[tuple[str, str], Any],
     shares: Mapping[tuple[str, str], float],
     recent: Mapping[str, list[int]] | None,
+    text: Callable[[str], str] = str,
 ) -> dict[str, Any]:
-    """One upstream: its budgets, its ejections and every endpoint. ``recent``: outcome counts per endpoint
-    (``None``: the tap is not armed, so none were counted)."""
+    """One upstream: its budgets, its ejections and every endpoint (with the name it was found under, when
+    a name: ``text`` hides the config's secrets in it). ``recent``: outcome counts per endpoint (``None``: the
+    tap is not armed, so none were counted)."""
     cc = up.concurrency
     endpoints = []
     for st in endpoint_states(up, now):
+        name = up.endpoints.name_of(st.endpoint)
         row: dict[str, Any] = {
             "endpoint": st.endpoint,
+            "name": text(name) if name != st.endpoint else None,
             "state": st.state,
             "left_s": finite(st.left) if st.left is not None else None,
             "outstanding": st.outstanding,

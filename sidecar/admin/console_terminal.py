@@ -278,7 +278,7 @@ def top_view(state: Mapping[str, Any], rows: int = 20) -> Group:
             )
             outcomes = "(tap idle)" if e["outcomes"] is None else _counts(e["outcomes"])
             table.add_row(
-                e["endpoint"],
+                e["endpoint"] + (f" ({e['name']})" if e.get("name") else ""),
                 Text(state_text, STATE_STYLE.get(e["state"], "")),
                 str(e["outstanding"]),
                 str(c.get("limit", "–")),

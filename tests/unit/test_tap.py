@@ -4,7 +4,6 @@ endpoint states the console reads. No sockets: the observer is told what the run
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 from sidecar.admin.console_state import endpoint_states
 from sidecar.admission.reasons import Limiter, Rejection
@@ -138,6 +137,10 @@ def test_endpoint_states_are_read_in_one_place() -> None:
     assert states["b:2"].state == "cooldown" and states["b:2"].left == 4.0
     assert states["c:3"].state == "ejected" and states["c:3"].left == 4.0
     assert endpoint_states(up, 106.0)[1].state == "active"  # b's cooldown is over
-    # an upstream whose endpoint set is letting an endpoint go (issue 21) says which, as ``draining``
-    draining = SimpleNamespace(balancer=b, concurrency=None, draining={"d:4"})
-    assert {s.endpoint: s.state for s in endpoint_states(draining, 101.0)}["d:4"] == "draining"  # type: ignore[arg-type]
+    # an endpoint that left the set (a name resolved elsewhere, a reload) with an attempt still out drains
+    b.started("d:4")
+    b.update(["a:1", "b:2", "c:3"])
+    states = {s.endpoint: s for s in endpoint_states(up, 101.0)}
+    assert (states["d:4"].state, states["d:4"].outstanding) == ("draining", 1)
+    b.finished("d:4")
+    assert "d:4" not in {s.endpoint for s in endpoint_states(up, 101.0)}  # drained: gone

@@ -45,7 +45,7 @@ from .headers import BadRequest, Headers, RequestHead, find_header, request_head
 from .plan import Plan
 from .replay import RequestBody
 from .routing import Router, Target, split_host, valid_host
-from .upstream import Pool, UpstreamResponse
+from .upstream import EndpointPools, Pool, UpstreamResponse
 
 log: Final = logging.getLogger("sidecar.http")
 _LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
@@ -161,7 +161,7 @@ class Forwarder:
         self.timers: Timers | None = None
         self.host, self.port = split_host_port(config.listen)
         self.router = Router(config, services.config.upstreams)
-        self.pools: dict[str, dict[str, Pool]] = {}
+        self.pools: dict[str, EndpointPools] = {}  # by upstream: its pools, one per address
         self.plans: dict[int, Plan] = {}  # by id(target): the router's targets are a fixed set
         self._self_hosts: dict[bytes, bool] = {}
         self.is_self = self._is_self  # bound once, not per request
@@ -180,7 +180,7 @@ class Forwarder:
     def plan(self, target: Target) -> Plan:
         plan = self.plans.get(id(target))
         if plan is None:
-            pools = self.pools.setdefault(target.upstream, {})
+            pools = self.upstream_pools(target.upstream)
             policy = self.services.policy(target.policy)
             upstream = self.services.upstream(target.upstream)
             meters = self.telemetry.metrics.meters(self.name, target.upstream)
@@ -189,8 +189,16 @@ class Forwarder:
             self.plans[id(target)] = plan
         return plan
 
+    def upstream_pools(self, upstream: str) -> EndpointPools:
+        """``upstream``'s pools, which hear when an address leaves its set."""
+        pools = self.pools.get(upstream)
+        if pools is None:
+            pools = self.pools[upstream] = EndpointPools()
+            self.services.upstream(upstream).endpoints.watch(pools)
+        return pools
+
     def all_pools(self) -> list[Pool]:
-        return [p for pools in self.pools.values() for p in pools.values()]
+        return [p for pools in self.pools.values() for p in pools.all()]
 
     # -- one request -----------------------------------------------------------------------------------
     def begin(self, req: IncomingRequest, conn: ClientConnection) -> None:
@@ -561,7 +569,8 @@ class Forwarding(Admittee):
             self.attempter.discard(resp)
             resp = None
         if resp is None:
-            answer = for_finish(finish, self.attempter.plan.expired_status)
+            plan = self.attempter.plan
+            answer = for_finish(finish, plan.expired_status, plan.upstream_name)
             if answer is not None:
                 write_answer(req, conn, answer)
                 obs.set_attribute("http.response.status_code", answer.status)

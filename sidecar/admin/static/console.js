@@ -176,7 +176,8 @@
         const c = e.concurrency;
         const left = missing(e.left_s) ? '' : ' ' + e.left_s.toFixed(1) + ' s';
         const outcomes = e.outcomes === null ? '<span class="muted">tap idle</span>' : outcomeBar(e.outcomes);
-        return '<tr data-endpoint="' + esc(e.endpoint) + '" data-state="' + esc(e.state) + '"><td>' + esc(e.endpoint) + '</td>'
+        const name = e.name ? ' <span class="muted">' + esc(e.name) + '</span>' : '';
+        return '<tr data-endpoint="' + esc(e.endpoint) + '" data-state="' + esc(e.state) + '"><td>' + esc(e.endpoint) + name + '</td>'
           + '<td><span class="state ' + esc(e.state) + '">' + esc(STATE_TEXT[e.state] || e.state) + left + '</span></td>'
           + cell('outstanding', e.outstanding, count(e.outstanding))
           + cell('limit', c ? c.limit : '', c ? count(c.limit) : '–')
