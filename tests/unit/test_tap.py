@@ -123,24 +123,30 @@ def test_the_ring_keeps_the_last_requests_and_says_how_many_a_late_reader_missed
 def test_endpoint_states_are_read_in_one_place() -> None:
     up = UpstreamRuntime(
         "orders",
-        UpstreamConfig(endpoints=["a:1", "b:2", "c:3", "d:4"], overload_cooldown="5s"),
+        UpstreamConfig(
+            endpoints=["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80"], overload_cooldown="5s"
+        ),
         Telemetry(),
     )
     b = up.balancer
-    b.penalize("b:2", 100.0)
+    b.penalize("10.0.0.2:80", 100.0)
     assert b.outliers is not None
     for _ in range(5):
-        b.observe("c:3", C.UNAVAILABLE, 100.0)
-    b.started("a:1")
+        b.observe("10.0.0.3:80", C.UNAVAILABLE, 100.0)
+    b.started("10.0.0.1:80")
     states = {s.endpoint: s for s in endpoint_states(up, 101.0)}
-    assert (states["a:1"].state, states["a:1"].outstanding, states["a:1"].left) == ("active", 1, None)
-    assert states["b:2"].state == "cooldown" and states["b:2"].left == 4.0
-    assert states["c:3"].state == "ejected" and states["c:3"].left == 4.0
+    assert (states["10.0.0.1:80"].state, states["10.0.0.1:80"].outstanding, states["10.0.0.1:80"].left) == (
+        "active",
+        1,
+        None,
+    )
+    assert states["10.0.0.2:80"].state == "cooldown" and states["10.0.0.2:80"].left == 4.0
+    assert states["10.0.0.3:80"].state == "ejected" and states["10.0.0.3:80"].left == 4.0
     assert endpoint_states(up, 106.0)[1].state == "active"  # b's cooldown is over
     # an endpoint that left the set (a name resolved elsewhere, a reload) with an attempt still out drains
-    b.started("d:4")
-    b.update(["a:1", "b:2", "c:3"])
+    b.started("10.0.0.4:80")
+    b.update(["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"])
     states = {s.endpoint: s for s in endpoint_states(up, 101.0)}
-    assert (states["d:4"].state, states["d:4"].outstanding) == ("draining", 1)
-    b.finished("d:4")
-    assert "d:4" not in {s.endpoint for s in endpoint_states(up, 101.0)}  # drained: gone
+    assert (states["10.0.0.4:80"].state, states["10.0.0.4:80"].outstanding) == ("draining", 1)
+    b.finished("10.0.0.4:80")
+    assert "10.0.0.4:80" not in {s.endpoint for s in endpoint_states(up, 101.0)}  # drained: gone
