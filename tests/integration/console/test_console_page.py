@@ -7,7 +7,6 @@ written to build/test-artifacts/console/console.png."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -64,20 +63,36 @@ async def test_the_page_shows_an_overloaded_endpoint_retries_its_tap_and_the_num
             pair = "web → orders"
             hot = s.hot.endpoint
 
+            shows = (
+                f'document.querySelector(\'tr[data-endpoint="{hot}"][data-state="cooldown"]\')'
+                f" && parseFloat({cell(pair, 'traffic', 'retries')}.dataset.value) > 0"
+            )
+            # The page's own clock says when it first showed both (WebDriver's round trips, slow on a loaded
+            # machine, are not the page's time): a watcher installed before the page's scripts run.
+            watcher = (
+                "window.__shownAt = null; new MutationObserver(() => { if (window.__shownAt === null && ("
+                + shows
+                + ")) window.__shownAt = performance.now(); })"
+                ".observe(document, {subtree: true, childList: true, attributes: true});"
+            )
+
             def load_and_look() -> float:
+                driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": watcher})
                 driver.get(s.admin + "/")
-                began = time.monotonic()
                 wait(
                     driver,
-                    f'document.querySelector(\'tr[data-endpoint="{hot}"][data-state="cooldown"]\')'
-                    f" && parseFloat({cell(pair, 'traffic', 'retries')}.dataset.value) > 0",
-                    2.0,
-                    "the overloaded endpoint in cooldown and retries/s above 0",
+                    "window.__shownAt !== null",
+                    30,
+                    "the overloaded endpoint in cooldown and retries/s",
                 )
-                return time.monotonic() - began
+                return (
+                    float(js(driver, "return window.__shownAt")) / 1000
+                )  # seconds since the page was opened
 
             shown_after = await asyncio.to_thread(load_and_look)
-            assert shown_after <= 2.0
+            assert shown_after <= 2.0, (
+                f"the page showed the overloaded endpoint and retries after {shown_after:.2f} s"
+            )
             row = await asyncio.to_thread(
                 js, driver, f"return document.querySelector('tr[data-endpoint=\"{hot}\"]').innerText"
             )
