@@ -63,22 +63,25 @@
     return r.json();
   }
 
+  // Each answer is drawn as soon as it arrives (the tables first: /api/state is the quickest to make).
   async function poll() {
     const began = performance.now();
+    let drawMs = 0;
+    const timed = (f) => { const t = performance.now(); f(); drawMs += performance.now() - t; };
     try {
       const paused = $('tap-pause').checked;
       const tapUrl = '/api/tap?since=' + view.tapNext + '&limit=' + (paused ? 0 : TAP_ROWS);
-      const [st, series, tap] = await Promise.all([
-        getJSON('/api/state'), getJSON('/api/series?since=' + view.seriesNext), getJSON(tapUrl),
+      const [st] = await Promise.all([
+        getJSON('/api/state').then((st) => { timed(() => drawState(st)); return st; }),
+        getJSON('/api/series?since=' + view.seriesNext).then((series) => timed(() => { takeSeries(series); drawCharts(); })),
+        getJSON(tapUrl).then((tap) => timed(() => { if (!paused) takeTap(tap); drawTap(); })),
       ]);
-      const drawn = performance.now();
-      draw(st, series, tap, paused);
-      stats.renderMs.push(performance.now() - drawn);
+      stats.renderMs.push(drawMs);
       if (stats.renderMs.length > 600) stats.renderMs.splice(0, 300);
       stats.polls += 1;
       showBanner(null);
       $('updated').textContent = 'updated ' + clock(st.sidecar.now).slice(0, 8) + ' · drawn in '
-        + (performance.now() - drawn).toFixed(0) + ' ms';
+        + drawMs.toFixed(0) + ' ms';
     } catch (e) {
       stats.failures += 1;
       showBanner('Cannot reach the sidecar (' + e.message + '); trying again every second.');
@@ -92,15 +95,11 @@
     if (text !== null) b.textContent = text;
   }
 
-  function draw(st, series, tap, paused) {
+  function drawState(st) {
     drawHeader(st);
     drawTraffic(st);
     drawUpstreams(st);
     drawListeners(st);
-    takeSeries(series);
-    drawCharts();
-    if (!paused) takeTap(tap);
-    drawTap();
   }
 
   // -- header ----------------------------------------------------------------------------------------
