@@ -23,6 +23,7 @@ from .fleet.link import fleet_link
 from .reload import ConfigWatcher, restart_reasons
 from .services import Services
 from .telemetry import Telemetry
+from .upstream.target import join_host_port
 
 log = logging.getLogger("sidecar")
 
@@ -133,8 +134,7 @@ class App:
                 await self.admin.start()
             for lst in self.listeners:
                 await lst.start()
-                host, port = lst.address
-                log.info("listener %s ready on %s:%d", lst.name, host, port)
+                log.info("listener %s ready on %s", lst.name, join_host_port(*lst.address))
             if self.fleet is not None:
                 await self.fleet.start()
             await self.services.discovery.start()
@@ -197,7 +197,7 @@ async def serve(config: Config, config_path: Path | None = None, watch_interval:
         if watch_interval > 0:
             watcher.start()
     if app.admin is not None:
-        log.info("admin on http://%s:%d (healthz, readyz, metrics, config)", *app.admin.address)
+        log.info("admin on http://%s (healthz, readyz, metrics, config)", join_host_port(*app.admin.address))
     await stop.wait()
     if watcher is not None:
         # Draining: a reload now would reconfigure stopping listeners (and SIGHUP's default would kill us).

@@ -41,6 +41,7 @@ class HttpListener(ConnectionOwner):
         self.replay_limit = _replay_limit(config, services)
         self.buffers = services.buffers
         self.max_header_size = config.max_header_size
+        self.upgrades = frozenset(config.upgrades)
         self._rejected = services.telemetry.metrics.listener(config.name)
         self.gate: AcceptGate | None = None  # set by start(): the connection gate (admission.connections)
 
@@ -73,6 +74,7 @@ class HttpListener(ConnectionOwner):
         self.forwarder = forwarder
         self.replay_limit = _replay_limit(config, services)
         self.max_header_size = config.max_header_size
+        self.upgrades = frozenset(config.upgrades)
         if self.server is not None:
             self.server.max_connections = config.max_connections
 
@@ -139,7 +141,13 @@ class HttpListener(ConnectionOwner):
         config = self.config
         idle_timeout = config.idle_timeout
         for conn in self.connections:
-            conn.sweep(now, config.header_timeout, idle_timeout, config.request_body_timeout)
+            conn.sweep(
+                now,
+                config.header_timeout,
+                idle_timeout,
+                config.request_body_timeout,
+                config.tunnel_idle_timeout,
+            )
         for pool in self.forwarder.all_pools():
             pool.sweep(now, min(POOL_IDLE_TIMEOUT, idle_timeout))
         self._sweeper = loop.call_later(_sweep_every(config), self._sweep)
