@@ -7,6 +7,7 @@ import asyncio
 import logging
 from typing import Any, Final
 
+from ...config import ConfigError
 from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
 from ...gates.accept_gate import AcceptGate
@@ -58,9 +59,13 @@ class HttpListener(ConnectionOwner):
         progress finish with the forwarder they began with. Pools of unchanged upstreams carry over; those of
         changed ones close (their idle connections now, the busy ones once their response is done)."""
         old = self.forwarder
+        try:
+            forwarder = Forwarder(config, services)
+        except ConfigError as e:  # a TLS file that cannot be loaded (tls.py): never a plain-text fallback
+            log.error("listener %s keeps its previous configuration: %s", self.name, e)
+            return
         self.config = config
         self.services = services
-        forwarder = Forwarder(config, services)
         if self.loop is not None:
             forwarder.bind(self.loop, self._address)
         for upstream, pools in old.pools.items():

@@ -266,3 +266,23 @@ async def test_ipv6_host_of_an_absolute_form_request_is_bracketed() -> None:
         )
         out, _ = await proc.communicate()
         assert out.decode() == f"host=[::1]:{port}\n"
+
+
+async def test_a_reload_whose_tls_file_cannot_be_loaded_leaves_the_listener_as_it_was(
+    pki: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = free_port()
+    servers = server("a.test", f"127.0.0.1:{port}", pki, "a")
+    tls = {"ca_file": str(pki["ca"]), "server_name": "a.test"}
+    cfg = tls_upstreams(a={"endpoints": [f"https://127.0.0.1:{port}"], "tls": tls})
+    async with nginx(servers, [("127.0.0.1", port)]), sidecar(cfg) as sc, aiohttp.ClientSession() as http:
+        broken = tls_upstreams(
+            a={
+                "endpoints": [f"https://127.0.0.1:{port}"],
+                "tls": {**tls, "ca_file": str(tmp_path / "gone.pem")},
+            }
+        )
+        sc.app.apply(load_dict(broken, {}))
+        assert any("keeps its previous configuration" in r.getMessage() for r in caplog.records)
+        status, body = await get(http, sc.app, "a")  # still over TLS, verified with the CA it had
+        assert status == 200 and " sni=a.test " in body
