@@ -509,3 +509,17 @@ async def test_client_connection_switching_protocols() -> None:
         fwd.client_gone()  # (it leaves the door's queue) a request answered on a tunnel's connection
     conn.connection_lost(None)
     assert conn.state == State.CLOSED and ends.closed == ["client"]
+
+    conn, _, _ = client(svc)  # a client that shuts its sending side while it waits for the 101
+    conn.data_received(b"GET /chat HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+    assert conn.eof_received() and conn.reading == Reading.DONE
+    fwd = conn.active
+    assert fwd is not None
+    shut: list[str] = []
+    ends = Ends()
+    ends.client_eof = lambda: shut.append("client") or True  # type: ignore[method-assign]
+    conn.upgraded(fwd.req, ends)  # type: ignore[arg-type]  # the tunnel hears the EOF at once
+    assert conn.state == State.TUNNEL and shut == ["client"]
+    with pytest.raises(InvalidTransition):
+        fwd.client_gone()  # (out of the door's queue)
+    conn.connection_lost(None)

@@ -248,7 +248,8 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def upgraded(self, req: IncomingRequest, tunnel: Tunnel) -> None:
         """BUSY -> TUNNEL: ``req`` was answered ``101 Switching Protocols``; ``tunnel`` carries the bytes
         from now on (those the client sent after its request first)."""
-        if self.state != _BUSY or self.reading != _SWITCHING:
+        reading = self.reading
+        if self.state != _BUSY or (reading != _SWITCHING and reading != _DONE):
             raise InvalidTransition("client connection", State(self.state).name.lower(), "upgraded")
         self.state = _TUNNEL
         self.tunnel = tunnel
@@ -257,6 +258,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         early, req.upgrade_rest = req.upgrade_rest, b""
         if early:
             tunnel.from_client(early)
+        if reading == _DONE:  # the client shut its sending side while it waited for the 101
+            tunnel.client_eof()
+            return
         self.resume_for("switching")
 
     # -- asyncio.Protocol ------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ class Tunnel:
             self.client.resume_for("tunnel")
 
     # -- ends ----------------------------------------------------------------------------------------
-    def client_eof(self) -> bool:
+    def client_eof(self) -> bool:  # (also when the client shut its side before the 101 came)
         """The client shut its sending side: the upstream's is shut too, its answer still comes back."""
         return self._shut("client", self.upstream.tunnel_write_eof())
 
