@@ -1,11 +1,17 @@
 """HTTP overhead of the sidecar against nginx direct and HAProxy, on loopback, in one run.
 
-    .venv/bin/python bench/http_overhead.py [--runs 3] [--duration 8] [--connections 32]
+    .venv/bin/python bench/http_overhead.py [--runs 3] [--duration 8] [--connections 32] [--no-tls]
 
 Needs wrk, nginx and haproxy (Debian packages: ``apt-get install -y wrk nginx haproxy``). nginx answers
 ``200 ok`` (one worker); HAProxy (one thread, ``retries 2``, ``retry-on all-retryable-errors``, keep-alive
 reuse) and the sidecar (``sidecar run``, uvloop, the ``http-default`` policy: 3 attempts, per-try timeout,
 deadline, throttle) both forward to it. The proxy under test is pinned to CPU 0, nginx and wrk to CPU 1.
+
+TLS origination (issue 22; ``--no-tls`` skips it): wrk sends plain HTTP to a proxy that reaches nginx over
+TLS (a certificate made by trustme at run time, verified against its CA, keep-alive reuse): HAProxy
+(``ssl verify required ca-file ...``, ``http-reuse always``) as ``haproxy-tls`` and the sidecar (an
+``https://`` endpoint with ``tls.ca_file``) as ``sidecar-tls``, each on one core as above (the same nginx,
+whose plain port is ``direct``). The goal: the sidecar at >= 0.5 of HAProxy over TLS.
 
 Throughput: wrk closed loop, ``--connections`` connections. Latency: wrk paced to ~1,000 requests/s
 (10 connections, one request per 10 ms each) and the p50 compared with direct. Memory: the sidecar's peak
@@ -34,8 +40,14 @@ RESULTS = ROOT / "bench" / "results" / "http.json"
 PACE_LUA = "function delay()\n  return 10\nend\n"
 
 
-def nginx_conf(tmp: Path, port: int) -> Path:
+def nginx_conf(tmp: Path, port: int, tls_port: int | None = None) -> Path:
     conf = tmp / "nginx.conf"
+    tls = (
+        f"  server {{ listen 127.0.0.1:{tls_port} ssl backlog=4096; ssl_certificate {tmp}/server.pem; "
+        f'ssl_certificate_key {tmp}/server.key; location / {{ return 200 "ok\\n"; }} }}\n'
+        if tls_port is not None
+        else ""
+    )
     conf.write_text(
         f"""worker_processes 1;
 daemon off;
@@ -48,7 +60,44 @@ http {{
   uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
   keepalive_requests 100000000; keepalive_timeout 300s;
   server {{ listen 127.0.0.1:{port} backlog=4096; location / {{ return 200 "ok\\n"; }} }}
-}}
+{tls}}}
+"""
+    )
+    return conf
+
+
+def certificates(tmp: Path) -> Path:
+    """A CA and nginx's certificate for ``bench.test`` from it (trustme, made now); returns the CA file."""
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("bench.test")
+    ca.cert_pem.write_to_path(tmp / "ca.pem")
+    for i, blob in enumerate(cert.cert_chain_pems):
+        blob.write_to_path(tmp / "server.pem", append=i > 0)
+    cert.private_key_pem.write_to_path(tmp / "server.key")
+    return tmp / "ca.pem"
+
+
+def haproxy_tls_conf(tmp: Path, port: int, upstream: int, ca: Path) -> Path:
+    """HAProxy as ``haproxy_conf``, its server reached over TLS and verified (as bench.test)."""
+    conf = haproxy_conf(tmp, port, upstream)
+    server = f"  server s1 127.0.0.1:{upstream} maxconn 1000\n"
+    tls = f"  server s1 127.0.0.1:{upstream} ssl verify required ca-file {ca} sni str(bench.test) verifyhost bench.test maxconn 1000\n"
+    target = tmp / "haproxy-tls.cfg"
+    target.write_text(conf.read_text().replace(server, tls))
+    return target
+
+
+def sidecar_tls_conf(tmp: Path, port: int, upstream: int, ca: Path) -> Path:
+    """The sidecar as ``sidecar_conf``, its upstream an ``https://`` endpoint verified as bench.test."""
+    conf = tmp / "sidecar-tls.yaml"
+    conf.write_text(
+        f"""admin: {{listen: null}}
+upstreams:
+  nginx: {{endpoints: ["https://127.0.0.1:{upstream}"], tls: {{ca_file: "{ca}", server_name: bench.test}}}}
+listeners:
+  - {{name: bench, protocol: http, listen: "127.0.0.1:{port}", upstream: nginx, policy: http-default}}
 """
     )
     return conf
@@ -155,6 +204,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=float, default=8.0)
     ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("--no-tls", action="store_true", help="skip the TLS origination rows")
     args = ap.parse_args()
     for tool in ("wrk", "nginx", "haproxy", "taskset"):
         if shutil.which(tool) is None:
@@ -165,28 +215,32 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sidecar-bench-") as t:
         tmp = Path(t)
         ports = {"direct": free_port(), "haproxy": free_port(), "sidecar": free_port()}
+        tls_port = None if args.no_tls else free_port()
+        if tls_port is not None:
+            ports.update({"haproxy-tls": free_port(), "sidecar-tls": free_port()})
         try:
-            procs.append(start(["nginx", "-c", str(nginx_conf(tmp, ports["direct"]))], 1))
+            ca = certificates(tmp) if tls_port is not None else None
+            procs.append(start(["nginx", "-c", str(nginx_conf(tmp, ports["direct"], tls_port))], 1))
             wait_port(ports["direct"], procs[-1])
             procs.append(
                 start(["haproxy", "-f", str(haproxy_conf(tmp, ports["haproxy"], ports["direct"]))], 0)
             )
             wait_port(ports["haproxy"], procs[-1])
             env = {**os.environ, "PYTHONOPTIMIZE": "1"}
-            sidecar = start(
-                [
-                    sidecar_bin,
-                    "run",
-                    "-c",
-                    str(sidecar_conf(tmp, ports["sidecar"], ports["direct"])),
-                    "--log-level",
-                    "warning",
-                ],
-                0,
-                env=env,
-            )
-            procs.append(sidecar)
-            wait_port(ports["sidecar"], sidecar)
+
+            def run_sidecar(conf: Path, port: int) -> subprocess.Popen:
+                p = start([sidecar_bin, "run", "-c", str(conf), "--log-level", "warning"], 0, env=env)
+                procs.append(p)
+                wait_port(port, p, timeout=60)  # a loaded machine imports slowly
+                return p
+
+            sidecar = run_sidecar(sidecar_conf(tmp, ports["sidecar"], ports["direct"]), ports["sidecar"])
+            if tls_port is not None and ca is not None:
+                wait_port(tls_port, procs[0])
+                haproxy_tls = haproxy_tls_conf(tmp, ports["haproxy-tls"], tls_port, ca)
+                procs.append(start(["haproxy", "-f", str(haproxy_tls)], 0))
+                wait_port(ports["haproxy-tls"], procs[-1])
+                run_sidecar(sidecar_tls_conf(tmp, ports["sidecar-tls"], tls_port, ca), ports["sidecar-tls"])
             pace = tmp / "pace.lua"
             pace.write_text(PACE_LUA)
             for name in ports:  # warm up (connections, pools, caches)
@@ -250,6 +304,8 @@ def summarize(runs: dict, rss: float, args: argparse.Namespace) -> dict:
     out["sidecar_added_p50_ms_at_1k"] = t["sidecar"]["paced_p50_ms"] - t["direct"]["paced_p50_ms"]
     out["haproxy_added_p50_ms_at_1k"] = t["haproxy"]["paced_p50_ms"] - t["direct"]["paced_p50_ms"]
     out["sidecar_rss_peak_mb"] = rss
+    if "sidecar-tls" in t:
+        out["sidecar_tls_vs_haproxy_tls"] = t["sidecar-tls"]["rps_median"] / t["haproxy-tls"]["rps_median"]
     return out
 
 
@@ -267,6 +323,11 @@ def print_table(s: dict) -> None:
         f"{s['sidecar_added_p50_ms_at_1k']:.3f} ms, HAProxy {s['haproxy_added_p50_ms_at_1k']:.3f} ms; "
         f"sidecar peak RSS {s['sidecar_rss_peak_mb']:.1f} MB; {s['sidecar_build']}"
     )
+    if "sidecar_tls_vs_haproxy_tls" in s:
+        print(
+            f"TLS origination (plain HTTP in, TLS to nginx): sidecar/HAProxy throughput "
+            f"{100 * s['sidecar_tls_vs_haproxy_tls']:.0f}% (goal: >= 50%)"
+        )
 
 
 if __name__ == "__main__":

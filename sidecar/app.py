@@ -25,6 +25,7 @@ from .fleet.link import fleet_link
 from .reload import ConfigWatcher, ReloadLog, restart_reasons
 from .services import Services
 from .telemetry import Telemetry
+from .upstream.target import join_host_port
 
 log = logging.getLogger("sidecar")
 
@@ -147,8 +148,7 @@ class App:
                 self.console.start()
             for lst in self.listeners:
                 await lst.start()
-                host, port = lst.address
-                log.info("listener %s ready on %s:%d", lst.name, host, port)
+                log.info("listener %s ready on %s", lst.name, join_host_port(*lst.address))
             if self.fleet is not None:
                 await self.fleet.start()
             await self.services.discovery.start()
@@ -214,7 +214,8 @@ async def serve(config: Config, config_path: Path | None = None, watch_interval:
             watcher.start()
     if app.admin is not None:
         log.info(
-            "admin on http://%s:%d (the console at /, healthz, readyz, metrics, config)", *app.admin.address
+            "admin on http://%s (the console at /, healthz, readyz, metrics, config)",
+            join_host_port(*app.admin.address),
         )
     await stop.wait()
     if watcher is not None:

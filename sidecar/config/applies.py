@@ -50,13 +50,13 @@ UPSTREAM: Mapping[str, tuple[frozenset[str], str]] = {
         frozenset({MONGODB}),
         "only a MongoDB upstream is logged in to (HTTP and gRPC carry the app's own credentials)",
     ),
-    "tls": (
-        frozenset({GRPC, MONGODB}),
-        "the sidecar reaches HTTP upstreams in plain text: TLS origination for HTTP is not supported yet",
-    ),
     "tls.insecure_skip_verify": (
-        frozenset({MONGODB}),
+        frozenset({HTTP, MONGODB}),
         "grpcio always verifies the server's certificate: give ca_file (and server_name) instead",
+    ),
+    "tls.min_version": (
+        frozenset({HTTP}),
+        "grpcio and the MongoDB adapter offer the TLS versions of their own defaults",
     ),
     "concurrency.read_methods": (
         frozenset({GRPC}),

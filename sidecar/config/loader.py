@@ -144,13 +144,16 @@ def _endpoint_rules(tree: dict[str, Any]) -> ErrorList:
     errors: ErrorList = []
     upstreams = tree.get("upstreams") if isinstance(tree.get("upstreams"), dict) else {}
     mongo: set[Any] = set()
+    grpc: set[Any] = set()
     other: set[Any] = set()
     for lst in _listeners(tree):
         if lst.get("protocol") == "mongodb":
             mongo.add(lst.get("upstream"))
         else:
-            other.add(lst.get("upstream"))
-            other.update(r.get("upstream") for r in _dicts(lst.get("routes")))
+            used = {lst.get("upstream"), *(r.get("upstream") for r in _dicts(lst.get("routes")))}
+            other.update(used)
+            if lst.get("protocol") == "grpc":
+                grpc.update(used)
     for name, up in upstreams.items():
         if not isinstance(up, dict):
             continue
@@ -163,6 +166,7 @@ def _endpoint_rules(tree: dict[str, Any]) -> ErrorList:
             except ValueError:
                 continue  # the schema names it
         has_dns = up.get("dns") is not None
+        errors.extend(_url_endpoint_rules(base, up, targets, name in grpc, name in mongo))
         if name in mongo and name not in other:
             for i, text, t in targets:
                 if t.scheme:
@@ -224,6 +228,47 @@ def _uri_rules(tree: dict[str, Any]) -> ErrorList:
             errors.append(
                 (join(join("upstreams", name), key), f"also given by uri ({by}): give it in one place")
             )
+    return errors
+
+
+def _url_endpoint_rules(
+    base: str, up: dict[str, Any], targets: list[tuple[int, Any, target.Target]], grpc: bool, mongo: bool
+) -> ErrorList:
+    """URL endpoints (``https://host[:port]``, ``http://host[:port]``) are an HTTP upstream's and say
+    whether it is reached over TLS: all of one upstream's endpoints use one scheme (a URL's, or none), and
+    ``http://`` endpoints have no ``tls`` block. (A MongoDB upstream's members: ``_endpoint_rules``.)"""
+    urls = [(i, text, t) for i, text, t in targets if t.scheme in target.URL_SCHEMES]
+    if not urls:
+        return []
+    errors: ErrorList = []
+    if grpc:
+        i, text, _ = urls[0]
+        errors.append(
+            (
+                f"{base}.endpoints[{i}]",
+                f"{text!r}: a URL is an HTTP upstream's endpoint; a gRPC upstream's are host:port or "
+                "dns:///name:port (over TLS with a tls block)",
+            )
+        )
+    schemes = {t.scheme for _, _, t in targets}
+    if len(schemes) > 1:
+        first = urls[0][2].scheme
+        for i, text, t in targets:
+            if t.scheme != first:
+                errors.append(
+                    (
+                        f"{base}.endpoints[{i}]",
+                        f"{text!r}: every endpoint of an upstream is written with one scheme ({first}://, "
+                        f"as {urls[0][1]!r}): TLS or not is the upstream's",
+                    )
+                )
+    elif schemes == {"http"} and up.get("tls") is not None and not mongo:
+        errors.append(
+            (
+                f"{base}.tls",
+                "its endpoints are http:// (plain text): write them https:// to reach them over TLS",
+            )
+        )
     return errors
 
 

@@ -179,11 +179,18 @@ class PolicyConfig(Base):
 
 # -- upstreams --------------------------------------------------------------------------------------
 class TlsConfig(Base):
+    """How the sidecar reaches an upstream over TLS. ``ca_file``: the CAs to verify it with (default: the
+    system's trust store); ``cert_file`` and ``key_file``: the sidecar's client certificate (mTLS);
+    ``server_name``: the name sent (SNI) and verified (default: the endpoint's name, even when resolved to an
+    address); ``insecure_skip_verify``: encrypt without verifying (warned at start); ``min_version``: the
+    oldest TLS version offered (HTTP upstreams)."""
+
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
     server_name: str | None = None
     insecure_skip_verify: bool = False
+    min_version: Literal["1.2", "1.3"] | None = None
 
 
 class AuthConfig(Base):
@@ -507,6 +514,11 @@ class HttpListenerConfig(ListenerBase):
     request_body_timeout: Duration = 60.0  # a request body from which nothing arrives this long: 408
     #: Paths never rate limited (health checks): exact, or a prefix when the entry ends with ``*``.
     exempt_paths: list[str] = []
+    #: ``Upgrade`` protocols a request may switch to (forwarded with the upgrade; on 101 the connection becomes
+    #: a tunnel). Others (``h2c``) are dropped: the request goes as a plain one.
+    upgrades: list[Literal["websocket"]] = ["websocket"]
+    #: A tunnel through which nothing passed either way for this long is closed.
+    tunnel_idle_timeout: Duration = 3600.0
 
     @field_validator("exempt_paths")
     @classmethod
@@ -518,7 +530,7 @@ class HttpListenerConfig(ListenerBase):
                 raise ValueError(f"{p!r}: '*' may only end an exempt path (a prefix)")
         return v
 
-    @field_validator("header_timeout")
+    @field_validator("header_timeout", "tunnel_idle_timeout")
     @classmethod
     def _positive(cls, v: float) -> float:
         if not v > 0:

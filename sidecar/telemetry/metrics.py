@@ -107,6 +107,39 @@ class Meters:
         self.give_ups[reason] = self.give_ups.get(reason, 0) + 1
 
 
+class HttpUpstreamMeters:
+    """An HTTP upstream's connections (for every listener that reaches it): TLS handshakes, by endpoint and
+    result (``ok``, ``resumed``, ``failed``)."""
+
+    __slots__ = ("tls_handshakes",)
+
+    def __init__(self) -> None:
+        self.tls_handshakes: dict[tuple[str, str], int] = {}
+
+    def tls_handshake(self, endpoint: str, result: str) -> None:
+        key = (endpoint, result)
+        self.tls_handshakes[key] = self.tls_handshakes.get(key, 0) + 1
+
+
+class HttpListenerMeters:
+    """An HTTP listener's tunnels (upgraded connections: WebSocket): open now, and ended, by upstream and by
+    who ended them (``client``, ``upstream``, ``idle``, ``drain``)."""
+
+    __slots__ = ("tunnels", "tunnels_ended")
+
+    def __init__(self) -> None:
+        self.tunnels = 0
+        self.tunnels_ended: dict[tuple[str, str], int] = {}
+
+    def tunnel_opened(self) -> None:
+        self.tunnels += 1
+
+    def tunnel_ended(self, upstream: str, end: str) -> None:
+        self.tunnels -= 1
+        key = (upstream, end)
+        self.tunnels_ended[key] = self.tunnels_ended.get(key, 0) + 1
+
+
 class DnsMeters:
     """An upstream's resolutions, by the name resolved and their result (ok, empty, error); kept for the
     process's life (a counter never goes back), whatever reloads do to the upstream."""
@@ -167,6 +200,8 @@ class Metrics:
         self._doors: dict[str, Any] = {}
         self._dns: dict[str, DnsMeters] = {}
         self._endpoints: dict[str, Any] = {}
+        self._http_upstreams: dict[str, HttpUpstreamMeters] = {}
+        self._http_listeners: dict[str, HttpListenerMeters] = {}
         self.registry.register(_Collector(self))
 
     def listener(self, name: str) -> ListenerMeters:
@@ -191,6 +226,20 @@ class Metrics:
         ``sidecar_endpoint_ejected{upstream,endpoint}`` (1 while out of the rotation) for each of
         ``balancer.endpoints``, and ``sidecar_ejections_total{upstream,reason}``."""
         self._outliers[upstream] = balancer
+
+    def http_upstream(self, upstream: str) -> HttpUpstreamMeters:
+        """An HTTP upstream's connection counters (``sidecar_upstream_tls_handshakes_total``)."""
+        m = self._http_upstreams.get(upstream)
+        if m is None:
+            m = self._http_upstreams[upstream] = HttpUpstreamMeters()
+        return m
+
+    def http_listener(self, listener: str) -> HttpListenerMeters:
+        """An HTTP listener's tunnels (``sidecar_http_tunnels``, ``sidecar_http_tunnels_total``)."""
+        m = self._http_listeners.get(listener)
+        if m is None:
+            m = self._http_listeners[listener] = HttpListenerMeters()
+        return m
 
     def dns(self, upstream: str) -> DnsMeters:
         """The resolution counters of ``upstream`` (``sidecar_dns_resolutions_total{upstream,name,result}``)."""
@@ -292,6 +341,7 @@ class Metrics:
         yield tokens
         yield from self._outlier_families()
         yield from self._endpoint_families()
+        yield from self._http_families()
         if self._budgets:
             yield from self._budget_families()
         if self._fleet is not None:
@@ -301,6 +351,34 @@ class Metrics:
         rows = [*self._door_rows(), *self._ticket_rows()]
         if rows:
             yield from admission_families(rows)
+
+    def _http_families(self) -> Iterator[Metric]:
+        if self._http_upstreams:
+            tls = CounterMetricFamily(
+                "sidecar_upstream_tls_handshakes",
+                "TLS handshakes with HTTP upstreams, by endpoint and result (ok, resumed, failed)",
+                labels=["upstream", "endpoint", "result"],
+            )
+            for upstream, m in sorted(self._http_upstreams.items()):
+                for (endpoint, result), n in sorted(m.tls_handshakes.items()):
+                    tls.add_metric([upstream, endpoint, result], n)
+            yield tls
+        if self._http_listeners:
+            listeners = sorted(self._http_listeners.items())
+            open_now = GaugeMetricFamily(
+                "sidecar_http_tunnels", "Upgraded connections (WebSocket) open now", labels=["listener"]
+            )
+            ended = CounterMetricFamily(
+                "sidecar_http_tunnels",
+                "Upgraded connections ended, by upstream and by who ended them (client, upstream, idle, drain)",
+                labels=["listener", "upstream", "end"],
+            )
+            for listener, lm in listeners:
+                open_now.add_metric([listener], lm.tunnels)
+                for (upstream, end), n in sorted(lm.tunnels_ended.items()):
+                    ended.add_metric([listener, upstream, end], n)
+            yield open_now
+            yield ended
 
     def _door_rows(self) -> Iterator[AdmissionRow]:
         now = time.monotonic()  # the event loop's clock (asyncio's and uvloop's are both CLOCK_MONOTONIC)
@@ -397,10 +475,14 @@ class Metrics:
         ``admission_families``, ``limiter="concurrency"``)."""
         labels = ["upstream", "endpoint", "pool"]
         limit = GaugeMetricFamily(
-            "sidecar_concurrency_limit", "Tickets of an endpoint's pool (attempts it may have in flight)", labels=labels
+            "sidecar_concurrency_limit",
+            "Tickets of an endpoint's pool (attempts it may have in flight)",
+            labels=labels,
         )
         in_use = GaugeMetricFamily(
-            "sidecar_concurrency_in_use", "Tickets of an endpoint's pool held by attempts in flight", labels=labels
+            "sidecar_concurrency_in_use",
+            "Tickets of an endpoint's pool held by attempts in flight",
+            labels=labels,
         )
         queued = GaugeMetricFamily(
             "sidecar_concurrency_queued", "Attempts waiting for a ticket of an endpoint's pool", labels=labels
@@ -461,7 +543,9 @@ def admission_families(rows: Iterable[AdmissionRow]) -> Iterator[Metric]:
         "sidecar_admission_rejected", "Admissions refused, by reason", labels=[*labels, "reason"]
     )
     available = GaugeMetricFamily(
-        "sidecar_admission_available_tokens", "Tokens (or tickets) a new admission could take now", labels=labels
+        "sidecar_admission_available_tokens",
+        "Tokens (or tickets) a new admission could take now",
+        labels=labels,
     )
     waited = HistogramMetricFamily(
         "sidecar_admission_queue_seconds", "Time queued before admission", labels=labels

@@ -69,8 +69,9 @@ class TargetWatch:
         self.subscribers: list[Callable[[TargetWatch, Resolution], None]] = []
         self._discovery = discovery
         self.poller: Poller[Resolution] | None = None
-        if target.kind == STATIC:  # never changes: resolved as it is written
-            self.state.apply(Resolution(OK, (Found(target.text, target.text),)), time.time())
+        if target.kind == STATIC:  # never changes: resolved as it is written (a URL's as host:port)
+            address = target.name if target.scheme else target.text
+            self.state.apply(Resolution(OK, (Found(address, address),)), time.time())
         else:
             schedule = RefreshSchedule(spec)
             self.poller = Poller(

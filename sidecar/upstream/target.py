@@ -6,10 +6,12 @@ Pure. The forms (``upstreams.<name>.endpoints``)::
     orders.prod.svc.cluster.local:8080          a name: every address it resolves to (A, AAAA) is an endpoint
     dns:///orders.prod.svc.cluster.local:8080   gRPC's name syntax (``dns:[//]name:port``): the same thing
     srv:_http._tcp.search.prod.svc.cluster.local    an SRV name: every target:port it lists is an endpoint
+    https://api.payments.example[:443]          an HTTP upstream reached over TLS (port 443 unless written)
+    http://api.payments.example[:80]            an HTTP upstream in plain text (port 80 unless written)
 
 A scheme is the part before ``:`` when it is one of :data:`SCHEMES` (``dns:8080`` is still the host ``dns``,
-port 8080). URL endpoints (``http://``, ``https://``) are refused with a message saying so; a scheme is added
-by giving :data:`SCHEMES` an entry.
+port 8080); a scheme is added by giving :data:`SCHEMES` an entry. A URL endpoint names a host and port only
+(no path, query or user); which protocols accept which forms is the config loader's rule.
 
 :class:`Endpoint` is what the rest of the sidecar handles: one address (the balancer's, the pools' and the
 metrics' key) with the name it was found under (for the logs, ``/config``, and a TLS name to verify) and
@@ -145,8 +147,36 @@ def _srv(rest: str, text: str) -> Target:
     return Target(text, SRV, check_name(rest, text), 0)
 
 
-#: Schemes an endpoint may be written with, and their parsers (``dns:///name:port``, ``srv:name``).
-SCHEMES: Final[dict[str, Callable[[str, str], Target]]] = {"dns": _dns, "srv": _srv}
+def _url(default_port: int) -> Callable[[str, str], Target]:
+    """``scheme://host[:port][/]``: the host and port of an HTTP URL (``default_port`` when none)."""
+
+    def parse(rest: str, text: str) -> Target:
+        if not rest.startswith("//"):
+            raise ValueError(f"{text!r}: expected {text.partition(':')[0]}://host[:port]")
+        authority = rest[2:]
+        if authority.endswith("/"):
+            authority = authority[:-1]
+        if any(c in authority for c in "/?#"):
+            raise ValueError(f"{text!r}: an endpoint is scheme://host[:port], without a path or query")
+        if not authority:
+            raise ValueError(f"{text!r} has no host")
+        bracketed = authority.startswith("[")
+        has_port = authority.rfind("]") < authority.rfind(":") if bracketed else ":" in authority
+        return _host_port(authority if has_port else f"{authority}:{default_port}", text)
+
+    return parse
+
+
+#: Schemes an endpoint may be written with, and their parsers (``dns:///name:port``, ``srv:name``,
+#: ``https://host[:port]``).
+SCHEMES: Final[dict[str, Callable[[str, str], Target]]] = {
+    "dns": _dns,
+    "srv": _srv,
+    "http": _url(80),
+    "https": _url(443),
+}
+#: The schemes of URL endpoints (an HTTP upstream's, which say whether it is reached over TLS).
+URL_SCHEMES: Final = frozenset({"http", "https"})
 
 
 def parse(value: object) -> Target:
@@ -164,7 +194,7 @@ def parse(value: object) -> Target:
         return replace(parser(rest, text), scheme=scheme.lower())
     if sep and rest.startswith("//"):
         raise ValueError(
-            f"{text!r}: {scheme}:// endpoints are not supported; write host:port, dns:///name:port "
-            "or srv:_service._proto.name"
+            f"{text!r}: {scheme}:// endpoints are not supported; write host:port, dns:///name:port, "
+            "srv:_service._proto.name, http://host[:port] or https://host[:port]"
         )
     return _host_port(text, text)

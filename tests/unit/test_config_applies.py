@@ -136,8 +136,45 @@ def test_a_mongodb_message_cap_larger_than_every_buffer_together_is_refused() ->
     }
 
 
-def test_tls_on_an_http_upstream_is_refused_while_the_sidecar_cannot_originate_it() -> None:
-    """A security setting that does nothing is the worst defect: the sidecar would send plain text to a
-    user who wrote ``tls:``."""
-    errors = dict(errors_of('upstreams: {u: {endpoints: ["127.0.0.1:8443"], tls: {}}}\n' + POLICY + HTTP))
-    assert list(errors) == ["upstreams.u.tls"] and "plain text" in errors["upstreams.u.tls"]
+def test_tls_on_an_http_upstream_is_taken_and_its_http_only_keys_refused_elsewhere() -> None:
+    """The sidecar originates TLS for HTTP upstreams (issue 22): a tls block, https:// endpoints,
+    insecure_skip_verify and min_version are HTTP's; min_version does nothing for gRPC or MongoDB."""
+    load_text(
+        'upstreams: {u: {endpoints: ["https://api.example"], tls: {insecure_skip_verify: true, min_version: "1.3"}}}\n'
+        + POLICY
+        + HTTP,
+        {},
+    )
+    errors = dict(
+        errors_of('upstreams: {u: {endpoints: ["127.0.0.1:1"], tls: {min_version: "1.2"}}}\n' + POLICY + GRPC)
+    )
+    assert list(errors) == ["upstreams.u.tls.min_version"]
+    assert errors["upstreams.u.tls.min_version"].startswith(
+        "does nothing for an upstream used by grpc listeners"
+    )
+    errors = dict(
+        errors_of('upstreams: {u: {endpoints: ["127.0.0.1:1"], tls: {min_version: "1.0"}}}\n' + POLICY + HTTP)
+    )
+    assert list(errors) == ["upstreams.u.tls.min_version"]  # "1.2" or "1.3"
+
+
+def test_url_endpoints_are_an_http_upstream_s_and_of_one_scheme() -> None:
+    errors = dict(errors_of('upstreams: {u: {endpoints: ["https://api.example"]}}\n' + POLICY + GRPC))
+    assert (
+        list(errors) == ["upstreams.u.endpoints[0]"]
+        and "a URL is an HTTP upstream's" in errors["upstreams.u.endpoints[0]"]
+    )
+    errors = dict(
+        errors_of('upstreams: {u: {endpoints: ["https://a.example", "b.example:443"]}}\n' + POLICY + HTTP)
+    )
+    assert (
+        list(errors) == ["upstreams.u.endpoints[1]"]
+        and "one scheme (https://" in errors["upstreams.u.endpoints[1]"]
+    )
+    errors = dict(errors_of('upstreams: {u: {endpoints: ["http://a.example"], tls: {}}}\n' + POLICY + HTTP))
+    assert list(errors) == ["upstreams.u.tls"] and "http:// (plain text)" in errors["upstreams.u.tls"]
+    errors = dict(errors_of('upstreams: {u: {endpoints: ["https://a.example/v1"]}}\n' + POLICY + HTTP))
+    assert (
+        list(errors) == ["upstreams.u.endpoints[0]"]
+        and "without a path" in errors["upstreams.u.endpoints[0]"]
+    )

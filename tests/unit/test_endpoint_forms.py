@@ -27,6 +27,13 @@ from sidecar.upstream.target import NAME, SRV, STATIC, Target, parse
             Target("srv:_http._tcp.search.prod", SRV, "_http._tcp.search.prod", 0, "srv"),
         ),
         ("dns:8080", Target("dns:8080", NAME, "dns", 8080)),  # a host named dns, not a scheme
+        ("https://api.example", Target("https://api.example", NAME, "api.example", 443, "https")),
+        (
+            "https://api.example:8443/",
+            Target("https://api.example:8443/", NAME, "api.example", 8443, "https"),
+        ),
+        ("http://10.0.0.7", Target("http://10.0.0.7", STATIC, "10.0.0.7", 80, "http")),
+        ("https://[::1]", Target("https://[::1]", STATIC, "::1", 443, "https")),
         (" orders:80 ", Target("orders:80", NAME, "orders", 80)),
     ],
 )
@@ -43,8 +50,10 @@ def test_a_target_is_named_in_logs_as_host_port_or_its_srv_name() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("https://orders:443", "https:// endpoints are not supported"),
-        ("http://orders", "http:// endpoints are not supported"),
+        ("ftp://orders:21", "ftp:// endpoints are not supported"),
+        ("https://orders/v1", "without a path or query"),
+        ("http://orders?x=1", "without a path or query"),
+        ("https://", "has no host"),
         (
             "dns://8.8.8.8/orders:80",
             "a DNS server in the endpoint (dns://8.8.8.8/) is not supported: set resolver.nameservers",
@@ -76,12 +85,12 @@ def errors_of(text: str) -> list[tuple[str, str]]:
 
 
 def test_endpoint_errors_name_their_path() -> None:
-    errors = errors_of('upstreams: {orders: {endpoints: ["orders:80", "https://orders"]}}')
+    errors = errors_of('upstreams: {orders: {endpoints: ["orders:80", "ftp://orders"]}}')
     assert errors == [
         (
             "upstreams.orders.endpoints[1]",
-            "'https://orders': https:// endpoints are not supported; write host:port, dns:///name:port or "
-            "srv:_service._proto.name",
+            "'ftp://orders': ftp:// endpoints are not supported; write host:port, dns:///name:port, "
+            "srv:_service._proto.name, http://host[:port] or https://host[:port]",
         )
     ]
 

@@ -90,6 +90,7 @@ class Owner(ConnectionOwner):
         self.buffers = svc.buffers
         self.max_header_size = 8192
         self.stopping = False
+        self.upgrades = frozenset({"websocket"})
         self.refusals: list[int] = []
 
     def connection_opened(self, conn: ServerConnection) -> None:
@@ -424,3 +425,101 @@ def svc_budget() -> Any:
     from sidecar.buffer_budget import BufferBudget
 
     return BufferBudget(1 << 30)
+
+
+# -- switching protocols (WebSocket): the tunnel's two ends ----------------------------------------------
+class Ends:
+    """Stands in for a tunnel: what each end handed it."""
+
+    def __init__(self) -> None:
+        self.client_bytes = b""
+        self.upstream_bytes = b""
+        self.closed: list[str] = []
+
+    def from_client(self, data: bytes) -> None:
+        self.client_bytes += data
+
+    def from_upstream(self, data: bytes) -> None:
+        self.upstream_bytes += data
+
+    def client_backed_up(self, paused: bool) -> None: ...
+    def upstream_backed_up(self, paused: bool) -> None: ...
+
+    def client_lost(self) -> None:
+        self.closed.append("client")
+
+    def upstream_lost(self) -> None:
+        self.closed.append("upstream")
+
+
+async def test_upstream_connection_switching_protocols() -> None:
+    pool = Pool("e:80", "e", 80, 5.0, 4)
+    conn, transport = upstream_connection(pool)
+    heard = Heard()
+    conn.start(b"GET / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n", None, False, 1, heard, upgrade=True)
+    conn.data_received(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nearly"
+    )
+    assert conn.state == Up.UPGRADED and [r.status for r in heard.responses] == [101]  # SENT -> UPGRADED
+    conn.data_received(b" more")  # held for the tunnel, not parsed
+    ends = Ends()
+    assert conn.tunnel_to(ends) == [b"early", b" more"] and conn.state == Up.TUNNEL  # type: ignore[arg-type]
+    with pytest.raises(InvalidTransition, match="release is not a transition from state 'tunnel'"):
+        conn.release()  # never back to the pool
+    with pytest.raises(InvalidTransition, match="tunnel is not a transition from state 'tunnel'"):
+        conn.tunnel_to(ends)  # type: ignore[arg-type]
+    conn.data_received(b"frame")
+    conn.tunnel_write(b"to upstream")
+    assert ends.upstream_bytes == b"frame" and transport.out.endswith(b"to upstream")
+    conn.tunnel_close()  # TUNNEL -> CLOSED, what was written still goes out
+    assert conn.state == Up.CLOSED and transport.closed and pool.count == 0
+
+    unasked, _ = upstream_connection(pool)
+    heard = Heard()
+    unasked.start(b"GET / HTTP/1.1\r\n\r\n", None, False, 1, heard)
+    unasked.data_received(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
+    assert unasked.state == Up.CLOSED and "switched protocols unasked" in heard.gone[0].detail
+
+    not_taken, _ = upstream_connection(pool)
+    not_taken.start(b"GET / HTTP/1.1\r\n\r\n", None, False, 1, Heard(), upgrade=True)
+    not_taken.data_received(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
+    not_taken.release()  # UPGRADED, and nobody takes it for a tunnel: it cannot carry HTTP any more
+    assert not_taken.state == Up.CLOSED
+
+
+async def test_client_connection_switching_protocols() -> None:
+    svc = services(admission=True)
+    drain_door(svc)
+    conn, transport, _ = client(svc)
+    ends = Ends()
+    with pytest.raises(InvalidTransition, match="upgraded is not a transition from state 'idle'"):
+        conn.upgraded(IncomingRequest(0.0), ends)  # type: ignore[arg-type]
+    conn.data_received(
+        b"GET /chat HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nearly bytes"
+    )  # HEAD -> SWITCHING: no more HTTP is read; queued at the door
+    assert conn.reading == Reading.SWITCHING and conn.state == State.BUSY and conn.active is not None
+    fwd = conn.active
+    req = fwd.req
+    assert req.upgrade == b"websocket" and req.upgrade_rest == b"early bytes" and not transport.reading
+    conn.upgraded(req, ends)  # type: ignore[arg-type]  # BUSY -> TUNNEL (as a 101 does): early bytes first
+    assert conn.state == State.TUNNEL and conn.busy and transport.reading
+    conn.data_received(b" and a frame")
+    assert ends.client_bytes == b"early bytes and a frame"
+    with pytest.raises(InvalidTransition, match="answered is not a transition from state 'tunnel'"):
+        fwd.client_gone()  # (it leaves the door's queue) a request answered on a tunnel's connection
+    conn.connection_lost(None)
+    assert conn.state == State.CLOSED and ends.closed == ["client"]
+
+    conn, _, _ = client(svc)  # a client that shuts its sending side while it waits for the 101
+    conn.data_received(b"GET /chat HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+    assert conn.eof_received() and conn.reading == Reading.DONE
+    fwd = conn.active
+    assert fwd is not None
+    shut: list[str] = []
+    ends = Ends()
+    ends.client_eof = lambda: shut.append("client") or True  # type: ignore[method-assign]
+    conn.upgraded(fwd.req, ends)  # type: ignore[arg-type]  # the tunnel hears the EOF at once
+    assert conn.state == State.TUNNEL and shut == ["client"]
+    with pytest.raises(InvalidTransition):
+        fwd.client_gone()  # (out of the door's queue)
+    conn.connection_lost(None)

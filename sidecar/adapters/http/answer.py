@@ -14,6 +14,8 @@ any other, an upstream answered    that upstream response, unchanged (status, he
 any other, nobody answered:
   last outcome ``connect-failure``  502, ``upstream connect failure: ...``
   last outcome ``reset``            502, ``upstream reset the connection ...``
+  last outcome ``fatal`` (a TLS     502, ``upstream TLS failure: certificate verify failed: ...
+  handshake no retry mends)         (endpoint ..., name checked ...)``
   last outcome ``timeout``          504, ``upstream timed out ...``
   ``no-endpoint``                   503, ``no healthy upstream: 'NAME' has no endpoint`` (its names
                                    resolved to no address, or not yet; Envoy's "no healthy upstream")
@@ -80,6 +82,8 @@ def for_finish(finish: Finish, expired_status: int, upstream: str = "") -> Answe
         return text(502, f"upstream connect failure{tries}{detail}")
     if cls is C.RESET:
         return text(502, f"upstream reset the connection{tries}")
+    if cls is C.FATAL and outcome is not None:  # no response: a TLS handshake that no retry mends
+        return text(502, f"upstream TLS failure: {outcome.detail}")
     if reason is Reason.NO_ENDPOINT:
         return text(503, f"no healthy upstream: {upstream!r} has no endpoint")
     return text(

@@ -22,7 +22,7 @@ from ...policy import SendAttempt, deadline
 from ...runtime import AttemptContext, AttemptResult, CallbackAttempter
 from ...telemetry import RequestObserver
 from . import upstream
-from .classify import NO_TIME, connect_failure, reset
+from .classify import NO_TIME, connect_failed, reset
 from .plan import Plan
 from .replay import RequestBody
 from .upstream import ConnectFailed, Pool, UpstreamConnection, UpstreamGone, UpstreamResponse
@@ -81,6 +81,7 @@ class Attempter(CallbackAttempter):
         "exchange",
         "more_exchanges",
         "tasks",
+        "upgrade",
     )
 
     obs: RequestObserver  # the request's telemetry, set once it is admitted (``Forwarding.begun``)
@@ -94,10 +95,12 @@ class Attempter(CallbackAttempter):
         base: bytes,
         name_endpoint: bool,
         resend_ok: bool,
+        upgrade: bool = False,
     ) -> None:
         """``body``: the request's (``None``: it has none); ``head_request``: a HEAD (its answer has no body);
         ``base``: the request head without the per-attempt lines and the final blank line;
-        ``name_endpoint``: ``base`` has no Host header, each attempt names its endpoint."""
+        ``name_endpoint``: ``base`` has no Host header, each attempt names its endpoint; ``upgrade``: the
+        request asks to switch protocols (a 101 may answer it)."""
         self.loop = loop
         self.plan = plan
         self.body = body
@@ -112,6 +115,7 @@ class Attempter(CallbackAttempter):
         self.exchange: Exchange | None = None
         self.more_exchanges: dict[int, Exchange] | None = None
         self.tasks: dict[int, asyncio.Task[None]] | None = None  # attempts waiting for a connection
+        self.upgrade = upgrade
 
     def body_overflowed(self) -> None:
         """The body outgrew the replay buffer (its owner, the request, says so): this attempt is the last."""
@@ -169,7 +173,7 @@ class Attempter(CallbackAttempter):
                 conn, reused = await pool.acquire()
         except ConnectFailed as e:
             self._task_over(n)
-            ctx.done(AttemptResult(connect_failure(e.detail)))
+            ctx.done(AttemptResult(connect_failed(e.detail, e.configuration)))
             return
         if not self._task_over(n):  # cancelled just as the connection came
             conn.release()
@@ -213,7 +217,7 @@ class Attempter(CallbackAttempter):
                 self.more_exchanges = {}
             self.more_exchanges[cmd.attempt] = ex
         try:
-            conn.start(b"".join(lines), self.body, self.head_request, cmd.attempt, ex)
+            conn.start(b"".join(lines), self.body, self.head_request, cmd.attempt, ex, self.upgrade)
         except BaseException:
             self._forget(ex)
             conn.abort()

@@ -6,8 +6,11 @@
 * a status in ``retryable_status`` -> ``unavailable``;
 * other 5xx -> ``fatal``; anything below 500 -> ``success`` (a 404 is the upstream's answer, not a failure).
 Pushback (``Retry-After``, ``pushback_header``) is read on ``overloaded`` and ``unavailable`` answers.
-Transport failures: refused/DNS/connect timeout -> ``connect-failure``; the connection broke before any
-response byte -> ``reset``. Per-try timeouts are the engine's own (it cancels the attempt).
+Transport failures: refused/DNS/connect timeout, a TLS handshake cut short -> ``connect-failure``; a TLS
+handshake that failed for a reason no retry mends (the server's certificate does not verify, the server
+refused the handshake) -> ``fatal``: a configuration problem, answered 502 naming it and never retried into
+a storm; the connection broke before any response byte -> ``reset``. Per-try timeouts are the engine's own
+(it cancels the attempt).
 """
 
 from __future__ import annotations
@@ -96,6 +99,15 @@ NO_TIME: Final = Outcome(C.TIMEOUT, detail="no time left to send")
 def connect_failure(detail: str) -> Outcome:
     """No connection could be made (refused, DNS, connect timeout): nothing reached the upstream."""
     return Outcome(C.CONNECT_FAILURE, detail=detail or "connect failed")
+
+
+def connect_failed(detail: str, configuration: bool) -> Outcome:
+    """No connection could be made (``upstream.ConnectFailed``): a ``connect-failure``, or, when the TLS
+    handshake failed for a reason another try cannot change (``configuration``), ``fatal``: the request
+    ends on it at once, answered 502 with ``detail`` (``answer.for_finish``)."""
+    if configuration:
+        return Outcome(C.FATAL, detail=detail)
+    return connect_failure(detail)
 
 
 def reset(detail: str) -> Outcome:

@@ -27,9 +27,19 @@ from ..transitions import InvalidTransition
 from . import answer as answers
 from . import methods
 from .answer import Answer, encode
-from .headers import NOT_CHUNKED, STRIDE, UNSTATED, VALUE, add_header, body_framing
+from .headers import (
+    NOT_CHUNKED,
+    STRIDE,
+    UNSTATED,
+    VALUE,
+    add_header,
+    body_framing,
+    upgrade_asked,
+    upgrade_protocol,
+)
 from .replay import RequestBody
 from .request import ClientConnection, Forwarder, Forwarding, IncomingRequest, refused
+from .tunnel import Tunnel
 
 log: Final = logging.getLogger("sidecar.http")
 
@@ -52,7 +62,7 @@ class State(IntEnum):
     ::
 
         IDLE ──start──► BUSY ──answered──► IDLE         keep-alive: on to the next request
-          │               │
+          │               │ └──upgraded (101)──► TUNNEL   bytes both ways (tunnel.py) until either side ends
           │ close_after   │ close_after                  Connection: close, a refusal, a drain, the client's EOF
           ▼               ▼
         CLOSING ◄─answered─ LAST                          answer what is queued (start: CLOSING -> LAST), then
@@ -66,6 +76,7 @@ class State(IntEnum):
     LAST = 2  # answering, and closing once what is queued is answered
     CLOSING = 3  # nothing being answered; what is queued is answered, then the transport closes
     CLOSED = 4  # the transport is gone: nothing is read or written
+    TUNNEL = 5  # switched protocols (WebSocket): a tunnel to the upstream carries its bytes
 
 
 # The state is held as a plain int compared with Final literals (compiled, a C int compare; see
@@ -75,25 +86,29 @@ _BUSY: Final = 1
 _LAST: Final = 2
 _CLOSING: Final = 3
 _CLOSED: Final = 4
-assert tuple(State) == (_IDLE, _BUSY, _LAST, _CLOSING, _CLOSED)
+_TUNNEL: Final = 5
+assert tuple(State) == (_IDLE, _BUSY, _LAST, _CLOSING, _CLOSED, _TUNNEL)
 
 
 class Reading(IntEnum):
     """Where the client is in sending (``ServerConnection.reading``; only the connection changes it)::
 
     HEAD ──headers complete──► BODY ──message complete──► HEAD
+      │                                └──an upgrade the listener allows──► SWITCHING
       └──────────────── the client's EOF (from either) ──────────► DONE
     """
 
     HEAD = 0  # between requests, or in a request's head
     BODY = 1  # the head is parsed: the body (or its trailers) is being read
     DONE = 2  # the client half-closed: what it completed is answered, then the connection closes
+    SWITCHING = 3  # it asked to switch protocols: no more HTTP is read; what comes is the tunnel's
 
 
 _HEAD: Final = 0
 _BODY: Final = 1
 _DONE: Final = 2
-assert tuple(Reading) == (_HEAD, _BODY, _DONE)
+_SWITCHING: Final = 3
+assert tuple(Reading) == (_HEAD, _BODY, _DONE, _SWITCHING)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -105,6 +120,7 @@ class ConnectionOwner:
     buffers: BufferBudget  # the process-wide budget kept request bodies count against
     max_header_size: int
     stopping: bool
+    upgrades: frozenset[str]  # the protocols a request may switch to (``upgrades``: websocket)
 
     def connection_opened(self, conn: ServerConnection) -> None:
         raise NotImplementedError
@@ -140,6 +156,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         "at_boundary",
         "held",
         "ext_method",
+        "tunnel",
     )
 
     def __init__(self, listener: ConnectionOwner, loop: asyncio.AbstractEventLoop) -> None:
@@ -162,12 +179,13 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.at_boundary = True  # the parser was fed from a request's first byte (methods.py)
         self.held = b""  # the start of an extension method, until its end arrives
         self.ext_method = b""  # the client's method, when the parser was given a stand-in
+        self.tunnel: Tunnel | None = None  # TUNNEL: carries the client's bytes to the upstream
 
     # -- the state (see State) -------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
-        """Is a request being answered?"""
-        return _BUSY <= self.state <= _LAST
+        """Is a request being answered (or a tunnel open: a drain lets it run for its grace)?"""
+        return _BUSY <= self.state <= _LAST or self.state == _TUNNEL
 
     @property
     def closed(self) -> bool:
@@ -222,6 +240,29 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         """The client's EOF: it sends nothing more."""
         self.reading = _DONE
 
+    def _switching(self) -> None:
+        if self.reading != _HEAD:
+            raise InvalidTransition("client connection", Reading(self.reading).name.lower(), "switching")
+        self.reading = _SWITCHING
+
+    def upgraded(self, req: IncomingRequest, tunnel: Tunnel) -> None:
+        """BUSY -> TUNNEL: ``req`` was answered ``101 Switching Protocols``; ``tunnel`` carries the bytes
+        from now on (those the client sent after its request first)."""
+        reading = self.reading
+        if self.state != _BUSY or (reading != _SWITCHING and reading != _DONE):
+            raise InvalidTransition("client connection", State(self.state).name.lower(), "upgraded")
+        self.state = _TUNNEL
+        self.tunnel = tunnel
+        self.active = None
+        self.queue.clear()
+        early, req.upgrade_rest = req.upgrade_rest, b""
+        if early:
+            tunnel.from_client(early)
+        if reading == _DONE:  # the client shut its sending side while it waited for the 101
+            tunnel.client_eof()
+            return
+        self.resume_for("switching")
+
     # -- asyncio.Protocol ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -234,6 +275,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = self.loop.time()
+        if self.state == _TUNNEL and self.tunnel is not None:
+            self.tunnel.from_client(data)
+            return
         if self.current is None and self.state > _BUSY:
             return  # after a refusal or during shutdown: nothing more is read
         if self.held:  # the start of an extension method (methods.py)
@@ -292,6 +336,8 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         answered, in order, then the connection closes (as HAProxy does without ``abortonclose``). A
         request cut short (head or body incomplete) can never be answered: the connection is dropped. A
         client gone altogether is seen when an answer cannot be written to it."""
+        if self.state == _TUNNEL and self.tunnel is not None:
+            return self.tunnel.client_eof()
         self._client_done()
         queue = self.queue
         if self.current is not None or (queue and not queue[-1].body_complete):
@@ -305,6 +351,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost()
         self.listener.connection_closed(self)
+        tunnel, self.tunnel = self.tunnel, None
+        if tunnel is not None:
+            tunnel.client_lost()
         active, self.active = self.active, None
         if active is not None:
             active.client_gone()
@@ -319,11 +368,15 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.write_paused = True
         if self.active is not None:
             self.active.client_paused()
+        elif self.tunnel is not None:
+            self.tunnel.client_backed_up(True)
 
     def resume_writing(self) -> None:
         self.write_paused = False
         if self.active is not None:
             self.active.client_resumed()
+        elif self.tunnel is not None:
+            self.tunnel.client_backed_up(False)
 
     # -- httptools callbacks ---------------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -374,12 +427,19 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         req.zero_length = framing == 0  # RFC 9112 6.3: kept, some servers (nginx) want a length
         expect = False
         connection = False
+        upgrade = False
         for i in range(0, len(headers), STRIDE):
             n = headers[i]
             if n == b"expect":
                 expect = headers[i + VALUE].strip().lower() == b"100-continue"
             elif n == b"connection":
                 connection = True
+            elif n == b"upgrade":
+                upgrade = True
+        if upgrade and length == 0:  # a switch of protocols, for a listener that allows it (no body to send)
+            asked = upgrade_asked(headers)
+            if asked is not None and upgrade_protocol(asked) in self.listener.upgrades:
+                req.upgrade = asked
         # Kept alive with no Connection header is HTTP/1.1 (1.0 needs ``Connection: keep-alive``); only
         # otherwise is the version asked for (httptools formats a new string for it each time).
         req.version = "1.1" if keep_alive and not connection else p.get_http_version()
@@ -440,13 +500,21 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             self._close_after_queue()
             self.pause_for("refused")
             return
-        # An Upgrade request (e.g. WebSocket) is forwarded as a plain request (Upgrade is hop-by-hop).
+        if req.upgrade is not None:  # a switch the listener allows: its answer says whether a tunnel follows
+            req.upgrade_rest = rest  # (bytes the client sent after it: the tunnel's first)
+            self._switching()
+            self.pause_for("switching")
+            return
+        # Another Upgrade (h2c) is forwarded as a plain request (Upgrade is hop-by-hop, dropped).
         self.parser = httptools.HttpRequestParser(self)
         if rest:
             self.data_received(rest)
 
     def drop(self) -> None:
-        """Drop the connection at once (its client sees a reset)."""
+        """Drop the connection at once (its client sees a reset); a tunnel's, at the end of a drain."""
+        if self.state == _TUNNEL and self.tunnel is not None:
+            self.tunnel.close("drain")
+            return
         self._close_after_queue()
         if self.transport is not None:
             self.transport.abort()
@@ -543,9 +611,15 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def close_after_answer(self) -> None:
         self._close_after_queue()
 
-    def sweep(self, now: float, header_timeout: float, idle_timeout: float, body_timeout: float) -> None:
+    def sweep(
+        self, now: float, header_timeout: float, idle_timeout: float, body_timeout: float, tunnel_idle: float
+    ) -> None:
         """The listener's periodic look: a head not complete within header_timeout, a stalled request body,
-        an idle connection past its time, an upstream response that stopped coming."""
+        an idle connection past its time, an upstream response that stopped coming, a silent tunnel."""
+        if self.state == _TUNNEL:
+            if self.tunnel is not None and now - self.tunnel.last_activity > tunnel_idle:
+                self.tunnel.close("idle")
+            return
         current = self.current
         if current is not None and self.reading != _BODY and now - current.began > header_timeout:
             # counted from the head's first byte: bytes trickling in do not extend it (the idle timer)
@@ -601,3 +675,14 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
 
     def writable(self) -> bool:
         return self.state != _CLOSED
+
+    def tunnel_side(self) -> ServerConnection:
+        return self
+
+    def tunnel_write_eof(self) -> bool:
+        """TUNNEL: the upstream shut its sending side; shut ours to the client. False: it cannot be."""
+        transport = self.transport
+        if transport is None or self.state == _CLOSED or not transport.can_write_eof():
+            return False
+        transport.write_eof()
+        return True

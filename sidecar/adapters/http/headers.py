@@ -213,6 +213,7 @@ def request_head(
     authority: bytes | None = None,
     is_self: Callable[[bytes], bool] = lambda host: False,
     replace_trace: bool = False,
+    upgrade: bytes | None = None,
 ) -> RequestHead:
     """The head of the request sent upstream.
 
@@ -221,7 +222,9 @@ def request_head(
     is restated (``Content-Length`` or chunked); ``Expect`` is dropped (the sidecar answers
     ``100 Continue`` itself); the deadline header and ``x-sidecar-attempt`` are left to each attempt.
     ``Host``: an absolute-form request's authority, else the client's Host unless it names the sidecar
-    itself (``is_self``), in which case each attempt names its endpoint.
+    itself (``is_self``), in which case each attempt names its endpoint. ``upgrade``: the client's
+    ``Upgrade`` value, for a protocol switch the listener allows (WebSocket): said again with
+    ``Connection: upgrade``, the two hop-by-hop headers that ask the upstream to switch.
     """
     drop = _drop_set(deadline_header, replace_trace)
     nominated = _nominated(headers)
@@ -276,7 +279,50 @@ def request_head(
         lines.append(b"Transfer-Encoding: chunked\r\n")
     elif body_length is not None:
         lines.append(b"Content-Length: %d\r\n" % body_length)
+    if upgrade is not None:
+        lines += (b"Connection: upgrade\r\nUpgrade: ", upgrade, b"\r\n")
     return RequestHead(b"".join(lines), host, client_host, deadline, trace)
+
+
+def upgrade_asked(headers: Headers) -> bytes | None:
+    """The ``Upgrade`` value of a request that asks to switch protocols (``Connection: upgrade`` and an
+    ``Upgrade`` header), else ``None``."""
+    upgrade = None
+    connection = False
+    for i in range(0, len(headers), STRIDE):
+        low = headers[i]
+        if low == b"upgrade":
+            upgrade = headers[i + VALUE].strip()
+        elif low == b"connection":
+            tokens = headers[i + VALUE].lower().split(b",")
+            connection = connection or any(t.strip() == b"upgrade" for t in tokens)
+    return upgrade if connection and upgrade else None
+
+
+def upgrade_protocol(value: bytes) -> str:
+    """The protocol an ``Upgrade`` value asks for first, by name (``websocket``; ``h2c``): lower case,
+    without its version."""
+    return value.split(b",")[0].split(b"/")[0].strip().lower().decode("latin-1")
+
+
+def switching_head(reason: bytes, headers: Headers) -> bytes:
+    """The ``101 Switching Protocols`` head the client gets: the upstream's end-to-end headers (the
+    protocol's own, ``Sec-WebSocket-Accept``), and its ``Upgrade`` with ``Connection: upgrade``."""
+    lines = [_status_line(101, reason)]
+    upgrade = None
+    nominated = _nominated(headers)
+    for i in range(0, len(headers), STRIDE):
+        low = headers[i]
+        if low == b"upgrade":
+            upgrade = headers[i + VALUE]
+        if low in HOP_BY_HOP or (nominated is not None and low in nominated):
+            continue
+        _line(lines, headers[i + NAME], headers[i + VALUE])
+    lines.append(b"Connection: upgrade\r\n")
+    if upgrade is not None:
+        lines += (b"Upgrade: ", upgrade, b"\r\n")
+    lines.append(b"\r\n")
+    return b"".join(lines)
 
 
 def phrase(status: int) -> bytes:

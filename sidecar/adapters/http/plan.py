@@ -34,6 +34,8 @@ class Plan:
         "meters",
         "way",
         "tickets",
+        "tls",
+        "upstream_meters",
     )
 
     def __init__(
@@ -60,6 +62,8 @@ class Plan:
         self.connect_only = policy.engine.retry_on & {OutcomeClass.CONNECT_FAILURE}
         self.replay_limit = DEFAULT_REPLAY_BUFFER if cfg.replay_buffer is None else cfg.replay_buffer
         self.pools = pools.by_address
+        self.tls = pools.tls  # the upstream's TLS origination (None: plain text)
+        self.upstream_meters = pools.meters
         self.meters = meters  # the (listener, upstream) pair's counters
         self.way = way  # the listener's way in to this upstream under this policy (``admit.py``)
         self.tickets = upstream.concurrency is not None  # its attempts take tickets (read or write)
@@ -76,7 +80,16 @@ class Plan:
         host, port = split_host_port(endpoint)
         uc = self.upstream.config
         endpoints = self.upstream.endpoints
-        pool = Pool(endpoint, host, port, uc.connect_timeout, uc.max_connections, endpoints.name_of(endpoint))
+        pool = Pool(
+            endpoint,
+            host,
+            port,
+            uc.connect_timeout,
+            uc.max_connections,
+            endpoints.name_of(endpoint),
+            self.tls,
+            self.upstream_meters,
+        )
         if endpoints.active(endpoint):
             self.pools[endpoint] = pool
         else:

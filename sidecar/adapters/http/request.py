@@ -41,15 +41,26 @@ from ...runtime import AttemptGate, Driver
 from ...services import Services
 from ...telemetry import RequestObserver
 from ...timers import TimerEntry, Timers, timers_for
+from ...upstream.target import parse as parse_endpoint
 from ..transitions import InvalidTransition
 from . import answer as answers
 from .answer import Answer, encode, for_finish
 from .answer import refused as refusal_answer
 from .attempt import Attempter
-from .headers import BadRequest, Headers, RequestHead, find_header, request_head, response_head
+from .headers import (
+    BadRequest,
+    Headers,
+    RequestHead,
+    find_header,
+    request_head,
+    response_head,
+    switching_head,
+)
 from .plan import Plan
 from .replay import RequestBody
 from .routing import Router, Target, split_host, valid_host
+from .tls import Origin
+from .tunnel import ClientEnd, Tunnel
 from .upstream import EndpointPools, Pool, UpstreamResponse
 
 log: Final = logging.getLogger("sidecar.http")
@@ -82,6 +93,8 @@ class IncomingRequest:
         "head_request",
         "zero_length",
         "expect_continue",
+        "upgrade",
+        "upgrade_rest",
     )
 
     def __init__(self, began: float) -> None:
@@ -97,8 +110,10 @@ class IncomingRequest:
         self.head_request = False  # a HEAD request: its answer has no body (set with ``method``)
         self.zero_length = False  # no body, and the client said so (``Content-Length: 0``): forwarded as such
         self.expect_continue = (
-            False  # ``Expect: 100-continue`` (HTTP/1.1): told 100 when an attempt takes the body
+            False  # Expect: 100-continue (HTTP/1.1): told 100 when an attempt takes the body
         )
+        self.upgrade: bytes | None = None  # ``Upgrade`` asked, of a protocol the listener allows (WebSocket)
+        self.upgrade_rest = b""  # what the client sent after an upgrade request: the tunnel's first bytes
 
     @property
     def idempotent(self) -> bool:
@@ -157,6 +172,14 @@ class ClientConnection:
         """``100 Continue``: the client may send the body it announced."""
         raise NotImplementedError
 
+    def tunnel_side(self) -> ClientEnd:
+        """This connection, as a tunnel's client side (``connection.ServerConnection``)."""
+        raise NotImplementedError
+
+    def upgraded(self, req: IncomingRequest, tunnel: Tunnel) -> None:
+        """``req`` was answered 101: from now on ``tunnel`` carries this connection's bytes."""
+        raise NotImplementedError
+
     def request_done(self, req: IncomingRequest) -> None:
         """``req`` is answered (or given up): on to the next one, or close."""
         raise NotImplementedError
@@ -176,11 +199,15 @@ class Forwarder:
         self.telemetry = services.telemetry
         self.tracing = services.telemetry.tracer is not None
         self.rejected = services.telemetry.metrics.listener(config.name)
+        self.tunnels = services.telemetry.metrics.http_listener(config.name)
         self.loop: asyncio.AbstractEventLoop | None = None  # set by bind()
         self.timers: Timers | None = None
         self.host, self.port = split_host_port(config.listen)
         self.router = Router(config, services.config.upstreams)
         self.pools: dict[str, EndpointPools] = {}  # by upstream: its pools, one per address
+        self.origins: dict[str, Origin | None] = {}  # by upstream: its TLS origination (None: plain text)
+        for name in {self.router.fallback.upstream, *(r.target.upstream for r in self.router.routes)}:
+            self.origin(name)  # a CA or key file that cannot be loaded fails the start, path-named
         self.plans: dict[int, Plan] = {}  # by id(target): the router's targets are a fixed set
         self._self_hosts: dict[bytes, bool] = {}
         self.is_self = self._is_self  # bound once, not per request
@@ -212,9 +239,19 @@ class Forwarder:
         """``upstream``'s pools, which hear when an address leaves its set."""
         pools = self.pools.get(upstream)
         if pools is None:
-            pools = self.pools[upstream] = EndpointPools()
+            meters = self.telemetry.metrics.http_upstream(upstream)
+            pools = self.pools[upstream] = EndpointPools(self.origin(upstream), meters)
             self.services.upstream(upstream).endpoints.watch(pools)
         return pools
+
+    def origin(self, upstream: str) -> Origin | None:
+        """``upstream``'s TLS origination (``tls.py``), made once: ``None`` for one reached in plain text."""
+        if upstream in self.origins:
+            return self.origins[upstream]
+        uc = self.services.config.upstreams[upstream]
+        https = any(parse_endpoint(e).scheme == "https" for e in uc.endpoints)
+        origin = self.origins[upstream] = Origin(upstream, uc.tls) if https or uc.tls is not None else None
+        return origin
 
     def all_pools(self) -> list[Pool]:
         return [p for pools in self.pools.values() for p in pools.all()]
@@ -241,7 +278,16 @@ class Forwarder:
         may_retry = req.idempotent or plan.retry_non_idempotent
         if body is not None:
             body.restrict(plan.replay_limit)
-        attempter = Attempter(conn.loop, plan, body, req.head_request, rh.head, rh.host is None, may_retry)
+        attempter = Attempter(
+            conn.loop,
+            plan,
+            body,
+            req.head_request,
+            rh.head,
+            rh.host is None,
+            may_retry,
+            req.upgrade is not None,
+        )
         reads = plan.tickets and req.method in READS  # (looked up only where a ticket is taken)
         fwd = Forwarding(self, req, conn, attempter, self._timers(conn))
         if not begin(
@@ -301,6 +347,7 @@ class Forwarder:
                 authority=authority,
                 is_self=self.is_self,
                 replace_trace=self.tracing,
+                upgrade=req.upgrade,
             )
         except BadRequest as e:
             conn.close_after_answer()
@@ -339,7 +386,8 @@ class Forwarder:
             self._refuse(req, conn, answers.not_proxied(hostname, port))
             return None
         target_url = (u.path or b"/") + (b"?" + u.query if u.query else b"")
-        return found, target_url, u.host if u.port is None else b"%s:%d" % (u.host, u.port)
+        host = b"[%s]" % u.host if b":" in u.host else u.host  # an IPv6 address, bracketed (RFC 9110 7.2)
+        return found, target_url, host if u.port is None else b"%s:%d" % (host, u.port)
 
     def _attributes(self, method: str, target_url: bytes, host: bytes | None) -> dict[str, str | int] | None:
         """The request span's attributes (built only when there are spans; the console's tap takes the path,
@@ -695,6 +743,11 @@ class Forwarding(Admittee):
         """Write the chosen response: its head and what arrived of its body at once, then the rest as it
         comes (STREAMING, this request the response's pipe)."""
         req, conn = self.req, self.conn
+        if req.upgrade is not None:  # a request to switch protocols (WebSocket)
+            if resp.status == 101:
+                self._switch(resp)
+                return
+            conn.close_after_answer()  # any other answer is delivered as is; no HTTP follows it here
         with_body = not (resp.no_body or req.head_request)
         lines, chunked, keep = response_head(
             resp.status,
@@ -736,6 +789,28 @@ class Forwarding(Admittee):
             resp.pause_upstream()
         else:
             resp.resume_upstream()
+
+    def _switch(self, resp: UpstreamResponse) -> None:
+        """``101 Switching Protocols``: the client is told so, and its connection and the upstream's become
+        one tunnel (``tunnel.py``); the request is over."""
+        conn, up = self.conn, resp.take_connection()
+        if up is None or not conn.writable():
+            if up is not None:
+                up.abort()
+            self._delivered(resp, False)
+            return
+        conn.write(switching_head(resp.reason, resp.headers))
+        tunnel = Tunnel(
+            conn.tunnel_side(), up, conn.loop, self.forwarder.tunnels, self.attempter.plan.upstream_name
+        )
+        early = up.tunnel_to(tunnel)
+        self.obs.end(None)
+        self.stage = _OVER
+        self.driver = None
+        self.attempter.ctx = None
+        conn.upgraded(self.req, tunnel)
+        for chunk in early:
+            tunnel.from_upstream(chunk)
 
     # the response's pipe (upstream.Pipe), STREAMING
     def response_data(self, chunk: bytes) -> None:

@@ -120,10 +120,14 @@ class Router:
                 t = parse_endpoint(ep)
                 if t.kind == SRV:
                     continue
-                h, p = t.host.lower(), t.port
+                h = t.host.lower()
+                # an https:// endpoint is also reached as http://host/ (the app speaks plain HTTP to the
+                # sidecar, which originates the TLS)
+                ports = (t.port, 80) if t.scheme == "https" and t.port == 443 else (t.port,)
                 # a loopback endpoint is reached by any loopback name (``localhost:8080`` for ``127.0.0.1:8080``)
                 for alias in LOOPBACK_NAMES if h in LOOPBACK_NAMES else (h,):
-                    self.by_endpoint.setdefault((alias, p), name)
+                    for p in ports:
+                        self.by_endpoint.setdefault((alias, p), name)
 
     def route(self, host_header: str | None, path: str) -> Target:
         """An origin-form request (``GET /x`` with ``Host``)."""

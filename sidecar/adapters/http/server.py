@@ -7,6 +7,7 @@ import asyncio
 import logging
 from typing import Any, Final
 
+from ...config import ConfigError
 from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
 from ...gates.accept_gate import AcceptGate
@@ -41,6 +42,7 @@ class HttpListener(ConnectionOwner):
         self.replay_limit = _replay_limit(config, services)
         self.buffers = services.buffers
         self.max_header_size = config.max_header_size
+        self.upgrades = frozenset(config.upgrades)
         self._rejected = services.telemetry.metrics.listener(config.name)
         self.gate: AcceptGate | None = None  # set by start(): the connection gate (admission.connections)
 
@@ -57,9 +59,13 @@ class HttpListener(ConnectionOwner):
         progress finish with the forwarder they began with. Pools of unchanged upstreams carry over; those of
         changed ones close (their idle connections now, the busy ones once their response is done)."""
         old = self.forwarder
+        try:
+            forwarder = Forwarder(config, services)
+        except ConfigError as e:  # a TLS file that cannot be loaded (tls.py): never a plain-text fallback
+            log.error("listener %s keeps its previous configuration: %s", self.name, e)
+            return
         self.config = config
         self.services = services
-        forwarder = Forwarder(config, services)
         if self.loop is not None:
             forwarder.bind(self.loop, self._address)
         for upstream, pools in old.pools.items():
@@ -73,6 +79,7 @@ class HttpListener(ConnectionOwner):
         self.forwarder = forwarder
         self.replay_limit = _replay_limit(config, services)
         self.max_header_size = config.max_header_size
+        self.upgrades = frozenset(config.upgrades)
         if self.server is not None:
             self.server.max_connections = config.max_connections
 
@@ -139,7 +146,13 @@ class HttpListener(ConnectionOwner):
         config = self.config
         idle_timeout = config.idle_timeout
         for conn in self.connections:
-            conn.sweep(now, config.header_timeout, idle_timeout, config.request_body_timeout)
+            conn.sweep(
+                now,
+                config.header_timeout,
+                idle_timeout,
+                config.request_body_timeout,
+                config.tunnel_idle_timeout,
+            )
         for pool in self.forwarder.all_pools():
             pool.sweep(now, min(POOL_IDLE_TIMEOUT, idle_timeout))
         self._sweeper = loop.call_later(_sweep_every(config), self._sweep)

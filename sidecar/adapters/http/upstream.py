@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import ssl
 from collections import deque
 from enum import IntEnum
 from typing import Final, Protocol
@@ -37,9 +39,16 @@ from typing import Final, Protocol
 import httptools
 from mypy_extensions import mypyc_attr
 
+from ...telemetry.metrics import HttpUpstreamMeters
 from ..transitions import InvalidTransition
 from .headers import CHUNKED, Headers, add_header, body_framing
 from .replay import RequestBody
+from .tls import Origin
+from .tunnel import Tunnel
+
+log: Final = logging.getLogger("sidecar.http")
+#: A pool whose handshakes fail verification says so in the log at most this often (seconds).
+TLS_WARN_EVERY: Final = 60.0
 
 
 # -- responses -------------------------------------------------------------------------------------------
@@ -136,6 +145,11 @@ class UpstreamResponse:
         if conn is not None:
             conn.release()
 
+    def take_connection(self) -> UpstreamConnection | None:
+        """A ``101 Switching Protocols`` chosen: its connection, to become a tunnel (``tunnel.py``)."""
+        conn, self.conn = self.conn, None
+        return conn
+
     def abort(self) -> None:
         """Given up (the client went away): its connection is dropped, and its pipe hears nothing more."""
         self.pipe = None
@@ -172,12 +186,16 @@ class UpstreamGone(Exception):
 
 
 class ConnectFailed(Exception):
-    """No connection could be made (refused, DNS, connect timeout): nothing was sent."""
+    """No connection could be made (refused, DNS, connect timeout, a TLS handshake that failed): nothing
+    was sent. ``configuration``: the TLS handshake failed for a reason another try cannot change (the
+    server's certificate does not verify, the server refused the handshake): ``classify.connect_failed``
+    says what that is."""
 
-    def __init__(self, detail: str, timeout: bool = False) -> None:
+    def __init__(self, detail: str, timeout: bool = False, configuration: bool = False) -> None:
         super().__init__(detail)
         self.detail = detail
         self.timeout = timeout
+        self.configuration = configuration
 
 
 class State(IntEnum):
@@ -188,6 +206,7 @@ class State(IntEnum):
                      │  └──start(no body)──────────────────────────►┘                                │
                      └──release (unused)──► POOLED ◄──────────────────────────────────────────────────┘
         POOLED ──taken (by an attempt, or handed to one waiting for a connection)──► HELD
+        SENT ──101 to an upgrade it asked for──► UPGRADED ──tunnel──► TUNNEL (tunnel.py; never pooled again)
         CLOSED   (from any state: aborted, lost, or released before its exchange ended cleanly)
     """
 
@@ -196,6 +215,8 @@ class State(IntEnum):
     SENT = 2  # an exchange: the request went out whole; its response is awaited or being read
     POOLED = 3  # idle in its pool
     CLOSED = 4  # aborted or lost: never used again
+    UPGRADED = 5  # answered 101 Switching Protocols: what it reads is held until the tunnel takes it
+    TUNNEL = 6  # carrying a tunnel's bytes (WebSocket)
 
 
 # The state is held as a plain int compared with Final literals (compiled, a C int compare; see
@@ -205,7 +226,9 @@ _SENDING: Final = 1
 _SENT: Final = 2
 _POOLED: Final = 3
 _CLOSED: Final = 4
-assert tuple(State) == (_HELD, _SENDING, _SENT, _POOLED, _CLOSED)
+_UPGRADED: Final = 5
+_TUNNEL: Final = 6
+assert tuple(State) == (_HELD, _SENDING, _SENT, _POOLED, _CLOSED, _UPGRADED, _TUNNEL)
 
 
 def _invalid(state: int, event: str) -> InvalidTransition:
@@ -242,6 +265,9 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         "cork",
         "attempt",
         "reading_paused",
+        "upgrade",
+        "tunnel",
+        "new_session",
     )
 
     def __init__(self, pool: Pool) -> None:
@@ -262,6 +288,9 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         self.cork: list[bytes] | None = None
         self.attempt = 0
         self.reading_paused = False  # flow control: a held or streamed response's reader is behind
+        self.upgrade = False  # the exchange asks to switch protocols: a 101 may answer it
+        self.tunnel: Tunnel | None = None  # TUNNEL: where what it reads goes
+        self.new_session = False  # over TLS, until its first response: the server's session is kept then
 
     # -- the state (see State) -------------------------------------------------------------------------
     @property
@@ -288,7 +317,13 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
 
     # -- the exchange --------------------------------------------------------------------------------
     def start(
-        self, head: bytes, body: RequestBody | None, head_request: bool, attempt: int, exchange: Exchange
+        self,
+        head: bytes,
+        body: RequestBody | None,
+        head_request: bool,
+        attempt: int,
+        exchange: Exchange,
+        upgrade: bool = False,
     ) -> None:
         """HELD -> SENDING (or SENT, without a body): send a request for ``exchange``, which hears of the
         response head (or :class:`UpstreamGone`)."""
@@ -301,6 +336,7 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             self.parser = httptools.HttpResponseParser(self)
         self.exchange = exchange
         self.head_request = head_request
+        self.upgrade = upgrade
         self.attempt = attempt
         self.got_bytes = False
         self.headers = []
@@ -329,9 +365,47 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
                 self.response = None
                 self.exchange = None
                 self.abort()
-        elif state == _POOLED:
+        elif state == _UPGRADED:  # a 101 nobody took for a tunnel: it cannot carry HTTP any more
+            self.response = None
+            self.exchange = None
+            self.abort()
+        elif state in (_POOLED, _TUNNEL):
             raise _invalid(state, "release")
         # CLOSED: lost meanwhile, nothing to give back
+
+    def tunnel_to(self, tunnel: Tunnel) -> list[bytes]:
+        """UPGRADED -> TUNNEL: ``tunnel`` hears what is read from now on; returns what came before (after
+        the 101's head)."""
+        if self.state != _UPGRADED:
+            raise _invalid(self.state, "tunnel")
+        self.state = _TUNNEL
+        self.tunnel = tunnel
+        r, self.response = self.response, None
+        self.exchange = None
+        if self.reading_paused:
+            self.resume_reading()
+        return r.take_held() if r is not None else []
+
+    def tunnel_write(self, data: bytes) -> None:
+        if self.state == _TUNNEL:
+            self.transport.write(data)  # type: ignore[union-attr]
+
+    def tunnel_write_eof(self) -> bool:
+        """TUNNEL: the client shut its sending side; shut ours to the upstream. False: it cannot be."""
+        transport = self.transport
+        if self.state != _TUNNEL or transport is None or not transport.can_write_eof():
+            return False
+        transport.write_eof()
+        return True
+
+    def tunnel_close(self) -> None:
+        """TUNNEL -> CLOSED: the tunnel ended; what was written still goes out."""
+        if self.state == _TUNNEL:
+            self.state = _CLOSED
+            self.tunnel = None
+            self.pool.forget(self)
+            if self.transport is not None:
+                self.transport.close()
 
     def abandon(self, exchange: Exchange) -> None:
         """The attempt that owns ``exchange`` gives up: drop the connection if it still serves it."""
@@ -398,10 +472,14 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
     def pause_writing(self) -> None:
         if self.body is not None:
             self.body.sink_paused(self)
+        elif self.tunnel is not None:
+            self.tunnel.upstream_backed_up(True)
 
     def resume_writing(self) -> None:
         if self.body is not None:
             self.body.sink_resumed(self)
+        elif self.tunnel is not None:
+            self.tunnel.upstream_backed_up(False)
 
     def pause_reading(self) -> None:
         if not self.reading_paused and self.state != _CLOSED:
@@ -418,6 +496,9 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self.state >= _UPGRADED:  # switched protocols: bytes for the tunnel, held until it takes them
+            self._switched_data(data)
+            return
         if self.exchange is None:  # bytes with no exchange (pooled): the upstream is confused; drop it
             self.abort()
             return
@@ -425,8 +506,15 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         exchange = self.exchange
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as e:  # the 101's head parsed: the rest is the new protocol's
+            offset = e.args[0] if e.args else len(data)
+            if self.state == _UPGRADED and offset < len(data):
+                self._switched_data(data[offset:])
         except httptools.HttpParserError as e:
-            self._broken(f"malformed upstream response: {e}")
+            cause = e.__context__  # raised in a callback of ours: say why
+            self._broken(
+                f"malformed upstream response: {cause if isinstance(cause, httptools.HttpParserError) else e}"
+            )
         finally:
             r = self.to_report
             if r is not None:
@@ -435,13 +523,26 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
                 self.to_report = None
                 exchange.on_response(r)
 
+    def _switched_data(self, data: bytes) -> None:
+        tunnel = self.tunnel
+        if tunnel is not None:
+            tunnel.from_upstream(data)
+        elif self.response is not None:
+            self.response.chunks.append(data)  # before the tunnel: it takes them first
+
     def eof_received(self) -> bool:
+        if self.tunnel is not None:
+            return self.tunnel.upstream_eof()
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        tunnel, self.tunnel = self.tunnel, None
         if self.state != _CLOSED:
             self.state = _CLOSED  # from any state
             self.pool.forget(self)
+        if tunnel is not None:
+            tunnel.upstream_lost()
+            return
         r = self.response
         exchange = self.exchange
         if exchange is not None and r is None:
@@ -481,13 +582,15 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
         if status < 200:
-            if status == 101:
+            if status != 101:
+                return  # 100 Continue, 103 Early Hints: not forwarded (no response made: see on_message_complete)
+            if not self.upgrade or self.state != _SENT:
                 raise httptools.HttpParserError("the upstream switched protocols unasked")
-            return  # 100 Continue, 103 Early Hints: not forwarded (no response made: see on_message_complete)
+            self.state = _UPGRADED  # SENT -> UPGRADED: never back to the pool
         framing = body_framing(self.headers)
         chunked = framing == CHUNKED
         length = framing if framing >= 0 else None  # else chunked, or up to the connection's close
-        no_body = self.head_request or status in _NO_BODY_STATUS
+        no_body = self.head_request or status in _NO_BODY_STATUS or status == 101
         keep_alive = self.parser.should_keep_alive()  # (llhttp forgets it once the message is done)
         r = UpstreamResponse(
             status, self.reason, self.headers, length, chunked, no_body, keep_alive, self, self.attempt
@@ -515,6 +618,9 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             return
         if not r.complete:
             r.finished()
+        if self.new_session:  # (TLS 1.3 tickets come after the handshake: by the first response, they came)
+            self.new_session = False
+            self.pool.keep_session(self)
         self._exchange_over()
 
 
@@ -522,7 +628,8 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
 class Pool:
     """Keep-alive connections to one endpoint, at most ``max_connections`` at a time (then requests wait
     for one to come back). ``name``: what the endpoint is called (``orders.prod:8080`` for an address it
-    resolved to): the ``Host`` a request gets when its client named none."""
+    resolved to): the ``Host`` a request gets when its client named none. ``tls``: its upstream's TLS
+    origination (``None``: plain text); the endpoint is verified as ``tls.name_for(name)``."""
 
     def __init__(
         self,
@@ -532,11 +639,17 @@ class Pool:
         connect_timeout: float,
         max_connections: int,
         name: str | None = None,
+        tls: Origin | None = None,
+        meters: HttpUpstreamMeters | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.host = host
         self.port = port
         self.host_header = (endpoint if name is None else name).encode("latin-1")
+        self.tls = tls
+        self.server_hostname = tls.name_for(endpoint if name is None else name) if tls is not None else None
+        self.meters = meters
+        self.warned_at = -TLS_WARN_EVERY
         self.connect_timeout = connect_timeout
         self.max_connections = max_connections
         self.loop = asyncio.get_running_loop()
@@ -580,21 +693,76 @@ class Pool:
         if self.closing:  # the endpoint left the upstream's set (or the listener stops): nothing new
             raise ConnectFailed(f"{self.endpoint} is no longer an endpoint of this upstream")
         self.count += 1
+        tls = self.tls
         try:
-            async with asyncio.timeout(self.connect_timeout):
-                _, conn = await self.loop.create_connection(  # type: ignore[type-var]  # a protocol by its methods
-                    lambda: UpstreamConnection(self), self.host, self.port
-                )
+            async with asyncio.timeout(self.connect_timeout):  # the TLS handshake included
+                if tls is None:
+                    _, conn = await self.loop.create_connection(  # type: ignore[type-var]  # a protocol by its methods
+                        lambda: UpstreamConnection(self), self.host, self.port
+                    )
+                else:
+                    _, conn = await self.loop.create_connection(  # type: ignore[type-var]
+                        lambda: UpstreamConnection(self),
+                        self.host,
+                        self.port,
+                        ssl=tls.context,
+                        server_hostname=self.server_hostname,
+                        ssl_handshake_timeout=self.connect_timeout,
+                    )
         except TimeoutError:
             self._lost_slot()
             raise ConnectFailed(f"connect timeout to {self.endpoint}", timeout=True) from None
+        except ssl.SSLError as e:
+            self._lost_slot()
+            raise self._handshake_failed(e) from None
         except OSError as e:
             self._lost_slot()
+            if tls is not None and isinstance(e, ConnectionResetError):  # the handshake began
+                self._handshake("failed")
             raise ConnectFailed(f"{self.endpoint}: {e.strerror or e}") from None
         except BaseException:
             self._lost_slot()
             raise
+        if tls is not None:
+            ssl_object = conn.transport.get_extra_info("ssl_object") if conn.transport is not None else None
+            self._handshake("resumed" if ssl_object is not None and ssl_object.session_reused else "ok")
+            conn.new_session = True
         return conn
+
+    # -- TLS (tls.py) ------------------------------------------------------------------------------------
+    def keep_session(self, conn: UpstreamConnection) -> None:
+        """A new TLS connection's first response came whole: the server's session (a TLS 1.3 ticket comes
+        after the handshake) is offered on the next connection to the same name (``tls.SessionContext``)."""
+        tls = self.tls
+        if tls is not None and self.server_hostname is not None and conn.transport is not None:
+            tls.context.keep(self.server_hostname, conn.transport.get_extra_info("ssl_object"))
+
+    def _handshake(self, result: str) -> None:
+        if self.meters is not None:
+            self.meters.tls_handshake(self.endpoint, result)
+
+    def _handshake_failed(self, e: ssl.SSLError) -> ConnectFailed:
+        """A handshake that failed: a peer gone away (``connect-failure``), or a configuration problem that
+        no retry mends (the certificate does not verify, the server refused the handshake), said in the log
+        at most every ``TLS_WARN_EVERY`` seconds per endpoint."""
+        self._handshake("failed")
+        if isinstance(e, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
+            return ConnectFailed(f"{self.endpoint}: TLS handshake cut short ({e.reason or e})")
+        where = f"endpoint {self.endpoint}, name checked {self.server_hostname!r}"
+        if isinstance(e, ssl.SSLCertVerificationError):
+            detail = f"certificate verify failed: {e.verify_message} ({where})"
+        else:
+            detail = f"handshake refused: {e.reason or e} ({where})"
+        now = self.loop.time()
+        if now - self.warned_at >= TLS_WARN_EVERY:
+            self.warned_at = now
+            tls = self.tls
+            log.warning(
+                "upstream %s: %s: not retried (a configuration problem: check its tls block)",
+                tls.upstream if tls is not None else "?",
+                detail,
+            )
+        return ConnectFailed(detail, configuration=True)
 
     def returned(self, conn: UpstreamConnection) -> None:
         """``conn`` came back (``UpstreamConnection._back``, its only caller): to a request waiting for a
@@ -647,12 +815,15 @@ class Pool:
 
 class EndpointPools:
     """One upstream's pools (for one listener), one per address: the way ``upstream/discovery.py`` tells the
-    adapter that an address left (an ``EndpointWatcher``)."""
+    adapter that an address left (an ``EndpointWatcher``). ``tls``: the upstream's TLS origination, shared by
+    its pools (``None``: plain text); ``meters``: its counters."""
 
-    __slots__ = ("by_address",)
+    __slots__ = ("by_address", "tls", "meters")
 
-    def __init__(self) -> None:
+    def __init__(self, tls: Origin | None = None, meters: HttpUpstreamMeters | None = None) -> None:
         self.by_address: dict[str, Pool] = {}
+        self.tls = tls
+        self.meters = meters
 
     def left(self, address: str) -> None:
         """``address`` left the upstream's set: its pool closes (busy connections when their exchange ends)."""
