@@ -1,11 +1,13 @@
 """deploy/compose brought up with podman-compose and compose.test.yaml (local stand-ins for the images CI
 cannot pull), the image built by `make image-test`: the app's pymongo load reaches the MongoDB stand-in through
-the sidecar on 127.0.0.1, a pymongo client of ours in the app's container does too, traces reach the collector's stand-in, the
-scraper sees the sidecar's request counters, and Grafana's stand-in finds the provisioned data source and dashboard."""
+the sidecar on 127.0.0.1, a pymongo client of ours in the app's container does too with the app's login (and
+is refused without one), traces reach the collector's stand-in, the scraper sees the sidecar's request
+counters, and Grafana's stand-in finds the provisioned data source and dashboard."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -60,13 +62,28 @@ async def test_the_compose_stack_serves_pymongo_through_the_sidecar(stack: objec
         await app.wait_for("100 orders written and read through the sidecar")
     finally:
         await app.close()
-    client = (
-        "import pymongo; c = pymongo.MongoClient('mongodb://127.0.0.1:27017/?directConnection=true'); "
-        "c.ci.things.insert_one({'k': 'v'}); print(c.ci.things.find_one({'k': 'v'})['k'])"
-    )
-    # A client of ours in the app's container, whose 127.0.0.1 is the sidecar's (network_mode: service:sidecar).
-    r = podman("exec", f"{PROJECT}_app_1", "python", "-c", client)
+
+    # A client of ours in the app's container, whose 127.0.0.1 is the sidecar's (network_mode: service:sidecar):
+    # with the app's own login (app_auth) it writes and reads; without one the sidecar refuses it, as mongod would.
+    def client(uri: str) -> str:
+        return (
+            f"import pymongo; c = pymongo.MongoClient({uri!r}); "
+            "c.ci.things.insert_one({'k': 'v'}); print(c.ci.things.find_one({'k': 'v'})['k'])"
+        )
+
+    password = os.environ.get("ORDERS_DB_PASSWORD", "orders-demo-password")  # compose.yaml's default
+    login = f"mongodb://orders:{password}@127.0.0.1:27017/?directConnection=true&authSource=admin"
+    r = podman("exec", f"{PROJECT}_app_1", "python", "-c", client(login))
     assert r.stdout.strip() == "v"
+    anonymous = podman(
+        "exec",
+        f"{PROJECT}_app_1",
+        "python",
+        "-c",
+        client("mongodb://127.0.0.1:27017/?directConnection=true"),
+        check=False,
+    )
+    assert anonymous.returncode != 0 and "requires authentication" in anonymous.stderr, anonymous.stderr
     for _ in range(60):  # the sidecar exports its spans in batches (every 5 s)
         if stats(f"{PROJECT}_otel-collector_1", 4318)["requests"]:
             break
