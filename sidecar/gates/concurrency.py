@@ -66,17 +66,25 @@ class EndpointTickets:
         """``waiter`` left the queue (gave up, or its attempt was cancelled): nobody is to be woken."""
         self.wakes.pop((kind, waiter), None)
 
-    def release(self, kind: Kind) -> None:
-        """A ticket of ``kind`` comes back; the waiter it passes to, if any, is woken."""
-        waiter = self.control.pools.pool(kind).release()
+    def release(self, kind: Kind, abandoned: bool = False) -> None:
+        """A ticket of ``kind`` comes back (``abandoned``: one held by an abandoned attempt); the waiter it
+        passes to, if any, is woken."""
+        waiter = self.control.pools.pool(kind).release(abandoned)
         if waiter:
             self.wake([(kind, waiter)])
+
+    def abandon(self, kind: Kind) -> None:
+        """The attempt holding a ticket of ``kind`` was abandoned: the ticket stays held, counted abandoned,
+        until ``release(kind, abandoned=True)``."""
+        self.control.pools.pool(kind).abandon()
 
     def wake(self, granted: list[tuple[Kind, int]]) -> None:
         for key in granted:
             wake = self.wakes.pop(key, None)
             if wake is None:  # pragma: no cover - every queued attempt registers before control returns
-                log.error("%s: a %s ticket was handed to waiter %d, which nobody waits for", self.endpoint, *key)
+                log.error(
+                    "%s: a %s ticket was handed to waiter %d, which nobody waits for", self.endpoint, *key
+                )
                 self.control.pools.pool(key[0]).release()
                 continue
             wake()

@@ -19,8 +19,13 @@ from sidecar.admission import (
 )
 from sidecar.admission.prober import QUIET
 
-FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 S, UP, DOWN = ProbeState.STABLE, ProbeState.UP, ProbeState.DOWN
 SPEC = ProbeSpec(initial=32, min=4, max=256, read_write_ratio=0.5, step=0.1, ema_weight=0.2)
 
@@ -256,7 +261,9 @@ def test_the_maximum_bounds_the_climb():
 def test_probed_limits_drive_real_pools_without_stranding_waiters():
     """The loop the wiring runs each interval: the pools' report in, the prober's limits out, and the waiters
     a larger limit grants handed back."""
-    c = EndpointConcurrency(ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=True, max_queue=100, max_wait=10)
+    c = EndpointConcurrency(
+        ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=True, max_queue=100, max_wait=10
+    )
     waiters = [c.pools.read.acquire(0.0) for _ in range(6)]
     assert [w.admitted for w in waiters] == [True, True, False, False, False, False]
     granted = c.on_interval(0.1)  # saturated: 4 x 1.1 rounds to 4, so one more ticket, a read (half up)
@@ -270,7 +277,9 @@ def test_probed_limits_drive_real_pools_without_stranding_waiters():
 
 
 def test_fixed_limits_never_move():
-    c = EndpointConcurrency(ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=False, max_queue=10, max_wait=1)
+    c = EndpointConcurrency(
+        ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=False, max_queue=10, max_wait=1
+    )
     for _ in range(3):
         c.pools.write.acquire(0.0)
     for i in range(1, 20):
@@ -279,7 +288,9 @@ def test_fixed_limits_never_move():
 
 
 def test_a_reconfigure_keeps_holders_and_waiters_and_grants_by_the_new_limits():
-    c = EndpointConcurrency(ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=False, max_queue=10, max_wait=1)
+    c = EndpointConcurrency(
+        ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=False, max_queue=10, max_wait=1
+    )
     first = [c.pools.read.acquire(0.0) for _ in range(5)]
     assert [d.admitted for d in first] == [True, True, False, False, False]
     granted = c.reconfigure(ProbeSpec(initial=8, min=2, max=16), 1.0, probing=True, max_queue=1, max_wait=5)
@@ -287,14 +298,18 @@ def test_a_reconfigure_keeps_holders_and_waiters_and_grants_by_the_new_limits():
     assert (c.pools.read.limit, c.pools.read.in_use, c.pools.read.queued) == (4, 4, 1)
     assert c.pools.read.acquire(1.0).rejected  # the new max_queue (1) for new waiters; the old one stays
     assert c.probe_state is S and c.prober is not None and c.prober.limits == (4, 4)
-    assert c.reconfigure(ProbeSpec(initial=2, min=2, max=2), 2.0, probing=False) == []  # smaller: none revoked
+    assert (
+        c.reconfigure(ProbeSpec(initial=2, min=2, max=2), 2.0, probing=False) == []
+    )  # smaller: none revoked
     assert (c.pools.read.limit, c.pools.read.in_use, c.prober) == (1, 4, None)
     assert c.pools.read.release() == 0 and c.pools.read.release() == 0 and c.pools.read.release() == 0
     assert c.pools.read.release() == first[4].waiter  # back under the limit: the waiter gets the ticket
 
 
 def test_resume_starts_a_fresh_interval_after_an_idle_stretch():
-    c = EndpointConcurrency(ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=True, max_queue=10, max_wait=1)
+    c = EndpointConcurrency(
+        ProbeSpec(initial=4, min=2, max=16), now=0.0, probing=True, max_queue=10, max_wait=1
+    )
     c.pools.read.acquire(0.0)
     c.pools.read.release()
     c.resume(100.0)  # the ticket returned long ago and the idle stretch are not this interval's measure
@@ -315,7 +330,9 @@ def test_resume_starts_a_fresh_interval_after_an_idle_stretch():
     st.lists(st.tuples(st.integers(0, 5000), st.booleans(), st.integers(0, 200)), max_size=200),
 )
 def test_limits_never_leave_min_max_and_keep_the_ratio(low, extra, ratio, step, weight, script):
-    spec = ProbeSpec(initial=low, min=low, max=low + extra, read_write_ratio=ratio, step=step, ema_weight=weight)
+    spec = ProbeSpec(
+        initial=low, min=low, max=low + extra, read_write_ratio=ratio, step=step, ema_weight=weight
+    )
     p = ThroughputProber(spec, now=0.0)
     for i, (returned, exhausted, refused) in enumerate(script, start=1):
         p.run(i * 0.1, Interval(returned, exhausted, returned // 50, returned // 100, refused))
