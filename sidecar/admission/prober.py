@@ -98,7 +98,7 @@ class ProbeSpec:
 @dataclass(frozen=True, slots=True)
 class Interval:
     """What an endpoint's pools saw during one interval (``TicketPools.take_interval``): tickets returned
-    (by answered attempts, and by abandoned ones once the upstream let them go); whether they were exhausted
+    by answered attempts (the throughput; not those of abandoned attempts); whether they were exhausted
     (the seed's: peak use reached the limit, or an attempt queued); the peak use (reads plus writes, each
     pool's own peak); tickets handed out (at once or to a waiter: ``admitted``), attempts refused one (at
     once, or when their wait ran out: ``refused``) and attempts still waiting at the interval's end

@@ -149,13 +149,14 @@ class TicketPool:
     def release(self, abandoned: bool = False) -> int:
         """A ticket comes back (``abandoned``: one held by an abandoned attempt, whose upstream let it go).
         Returns the waiter it passes to (it now holds it), or 0 when none does."""
-        if abandoned:
+        if abandoned:  # (not counted as returned: the prober's throughput is work the upstream answered)
             if self.abandoned <= 0:
                 raise ValueError(
                     f"{self.kind.value} pool: released an abandoned ticket that was not abandoned"
                 )
             self.abandoned -= 1
-        self._returned += 1
+        else:
+            self._returned += 1
         if self._waiters and self.in_use <= self.limit:
             waiter, _ = self._waiters.popitem(last=False)
             self.stats.removed_from_queue += 1

@@ -241,8 +241,8 @@ class ConcurrencyConfig(Base):
     throughput probing every ``interval``, ``fixed`` keeps ``initial``. ``abandoned_hold``: the most the
     ticket of an abandoned attempt (per-try timeout, lost hedge, client gone) stays held after its connection
     or stream was closed, for the upstream to let the request go: as long again as the attempt had been
-    outstanding, at most this (sooner when it is seen to: nothing was sent, or its answer came and was
-    discarded); 0: back at once."""
+    outstanding, at most this, and sooner when the upstream is seen to let it go (the endpoint answered an
+    attempt sent after it, nothing of it was sent, or its answer came and was discarded); 0: back at once."""
 
     mode: Literal["probing", "fixed"] = "probing"
     initial: int = Field(32, ge=2)  # one read and one write ticket at least

@@ -9,11 +9,15 @@ holds it while it is outstanding: the ticket goes back exactly once, when the at
 An attempt the sidecar abandons (per-try timeout, hedge lost, client gone, the call's end) is a request the
 upstream may still hold: closing its connection or stream does not make a server stop, and a stopped or
 drowning one notices nothing. Its ticket stays held, counted as abandoned (``sidecar_concurrency_in_use``'s
-``abandoned`` label), until the upstream can be taken to have let it go: as long again as the attempt had
-been outstanding (a request the upstream has had for T seconds without answering is taken to need up to T
-more), at most ``concurrency.abandoned_hold``; or sooner when the adapter says so (:meth:`TicketGate.let_go`:
-nothing of the attempt had reached the upstream, or its answer arrived and was discarded). So the limit
-bounds what the upstream holds, not only what the sidecar waits for.
+``abandoned`` label), until the upstream can be taken to have let it go, whichever comes first:
+
+- the endpoint answers an attempt sent after it (it has moved past it: a queue serves in order);
+- the adapter says so (:meth:`TicketGate.let_go`: nothing of the attempt had reached the upstream), or its
+  answer arrives after all and is discarded (the runtime's driver says so);
+- as long again as the attempt had been outstanding has passed (a request the upstream has had for T seconds
+  without answering is taken to need up to T more), and never more than ``concurrency.abandoned_hold``.
+
+So the limit bounds what the upstream holds, not only what the sidecar waits for.
 
 When no ticket is free the attempt queues (``concurrency.max_queue``, first come first served) and is started
 the moment one is handed to it. An attempt cancelled while it waits leaves the queue (``TicketPool.cancel``).
@@ -44,7 +48,7 @@ from ..admission.refusal import Refusal
 from ..policy import Outcome, OutcomeClass, SendAttempt
 from ..runtime import AttemptContext, AttemptGate, AttemptResult, CallbackAttempter
 from ..timers import TimerEntry, Timers, timers_for
-from .concurrency import EndpointTickets, UpstreamConcurrency
+from .concurrency import AbandonedTicket, EndpointTickets, UpstreamConcurrency
 
 log: Final = logging.getLogger("sidecar.concurrency")
 INF: Final = math.inf
@@ -89,22 +93,6 @@ class _Waiting:
         self.gate.timed_out(self)
 
 
-class _Abandoned:
-    """A ticket held by an abandoned attempt, until the upstream can be taken to have let the request go."""
-
-    __slots__ = ("gate", "attempt", "ep", "timer")
-
-    def __init__(self, gate: TicketGate, attempt: int, ep: EndpointTickets) -> None:
-        self.gate = gate
-        self.attempt = attempt
-        self.ep = ep
-        self.timer: TimerEntry | None = None
-
-    def held_long_enough(self) -> None:
-        self.timer = None
-        self.gate.let_go(self.attempt)
-
-
 class TicketGate(AttemptGate):
     """The gate of one request: which of its attempts hold a ticket, which wait for one, and which were
     abandoned with one."""
@@ -119,7 +107,7 @@ class TicketGate(AttemptGate):
         self.held: dict[int, EndpointTickets] = {}  # attempt -> the endpoint whose ticket it holds
         self.since: dict[int, float] = {}  # attempt -> when it got that ticket
         self.waits: dict[int, _Waiting] = {}
-        self.abandoned: dict[int, _Abandoned] | None = None  # made at the first abandonment
+        self.abandoned: dict[int, AbandonedTicket] | None = None  # made at the first abandonment
 
     # -- the runtime's AttemptGate -------------------------------------------------------------------------
     def start(self, cmd: SendAttempt, ctx: AttemptContext, attempter: CallbackAttempter) -> None:
@@ -148,8 +136,10 @@ class TicketGate(AttemptGate):
     def ended(self, attempt: int) -> None:
         ep = self.held.pop(attempt, None)
         if ep is not None:
-            del self.since[attempt]
+            since = self.since.pop(attempt)
             ep.release(self.kind)
+            if ep.abandoned:
+                ep.answered(since)
 
     def cancel(self, attempt: int, attempter: CallbackAttempter) -> None:
         w = self.waits.pop(attempt, None)
@@ -164,13 +154,9 @@ class TicketGate(AttemptGate):
 
     def let_go(self, attempt: int) -> None:
         """The upstream can be taken to have let abandoned ``attempt`` go: its ticket comes back."""
-        a = self.abandoned.pop(attempt, None) if self.abandoned else None
-        if a is None:
-            return
-        if a.timer is not None and self.timers is not None:
-            self.timers.cancel(a.timer)
-            a.timer = None
-        a.ep.release(self.kind, abandoned=True)
+        ticket = self.abandoned.pop(attempt, None) if self.abandoned else None
+        if ticket is not None:
+            ticket.ep.let_go(ticket)
 
     def discard(self, payload: Any, attempter: CallbackAttempter) -> None:
         if not isinstance(payload, Refusal):  # a refusal holds nothing
@@ -219,21 +205,22 @@ class TicketGate(AttemptGate):
 
     # -- helpers -------------------------------------------------------------------------------------------
     def _abandon(self, attempt: int, ep: EndpointTickets, since: float) -> None:
-        """``attempt``, holding a ticket of ``ep`` since ``since``, is abandoned: the ticket stays held as
-        long again as the attempt was outstanding, at most ``abandoned_hold`` (or until :meth:`let_go`)."""
+        """``attempt``, holding a ticket of ``ep`` since ``since``, is abandoned: the ticket stays held until
+        the upstream can be taken to have let it go, as long again as it was outstanding at the latest, and
+        never longer than ``abandoned_hold``."""
         now = self.loop.time()
         hold = min(self.tickets.config.abandoned_hold, now - since)
         if hold <= 0:
             ep.release(self.kind)
             return
-        ep.abandon(self.kind)
-        a = _Abandoned(self, attempt, ep)
+        ticket = ep.abandon(self.kind, since)
         if self.abandoned is None:
             self.abandoned = {}
-        self.abandoned[attempt] = a
+        self.abandoned[attempt] = ticket
         if self.timers is None:
             self.timers = timers_for(self.loop)
-        a.timer = self.timers.call_at(now + hold, a.held_long_enough)
+        ticket.timers = self.timers
+        ticket.timer = self.timers.call_at(now + hold, ticket.expire)
 
     def _refuse(self, ctx: AttemptContext, ep: EndpointTickets, reason: Rejection) -> None:
         pool = ep.pool(self.kind)

@@ -22,8 +22,8 @@ sidecar instance the real per-endpoint ticket pools (``sidecar.admission.Endpoin
 run every ``interval`` of virtual time): every attempt takes a read ticket (the model's requests are GETs)
 before it is submitted, queues for one, or is refused and reported to the engine as overloaded, as
 ``sidecar/gates/ticket_gate.py`` does on the loop; its ticket comes back when it is answered, or, abandoned,
-after as long again as it had been outstanding, at most ``abandoned_hold`` (the model server does the work
-all the same). The ``sidecar+tickets`` strategy is the sidecar with ``sidecar.tickets`` as that block.
+when its endpoint answers an attempt sent after it, or after as long again as it had been outstanding, at
+most ``abandoned_hold`` (the model server does the work all the same). The ``sidecar+tickets`` strategy is the sidecar with ``sidecar.tickets`` as that block.
 
 An upstream ``retry_budget`` (``sidecar.upstream.retry_budget``) is one ``RetryBudget`` per instance with
 ``scope: local``, and one shared by every instance with ``scope: fleet``: the fleet budget as the Redis
@@ -318,6 +318,9 @@ class Sidecar:
         self.ticket_refusals = 0  # attempts refused a ticket (queue full, max_wait)
         self.waiting: dict[tuple[str, int], tuple[_Request, SendAttempt]] = {}
         self.abandoned_hold = 0.0
+        # tickets of abandoned attempts, by endpoint, by when they were sent: [still held]
+        self.abandoned: dict[str, list[tuple[float, int, list[bool]]]] = {e: [] for e in self.endpoints}
+        self._seq = 0
         if cc is not None:
             self.abandoned_hold = cc.abandoned_hold
             probing = cc.mode == "probing"
@@ -415,10 +418,10 @@ class Sidecar:
             self._refuse(r, cmd, reason)
 
     def _unticket(self, r: _Request, n: int, abandoned: bool = False) -> None:
-        """Attempt ``n`` is over: answered, and its ticket goes back; or ``abandoned`` by the engine, and its
-        ticket stays held (counted abandoned) as long again as the attempt was outstanding, at most
-        ``abandoned_hold``, as the ticket gate does (the model server does the work all the same). A queued
-        attempt leaves the queue."""
+        """Attempt ``n`` is over: answered, and its ticket goes back (and so do the abandoned ones sent to
+        its endpoint before it); or ``abandoned`` by the engine, and its ticket stays held (counted
+        abandoned) until then, or as long again as it was outstanding, at most ``abandoned_hold``, as the
+        ticket gate does (the model server does the work all the same). A queued attempt leaves the queue."""
         assert self.tickets is not None
         queued = r.waits.pop(n, None)
         if queued is not None:
@@ -426,18 +429,28 @@ class Sidecar:
             del self.waiting[queued]
             self.tickets[endpoint].pools.pool(Kind.READ).cancel(waiter)
             return
-        endpoint_held = r.held.pop(n, None)
-        if endpoint_held is None:
+        endpoint = r.held.pop(n, None)
+        if endpoint is None:
             return
-        hold = min(self.abandoned_hold, self.loop.now - r.since.pop(n))
+        since = r.since.pop(n)
+        hold = min(self.abandoned_hold, self.loop.now - since)
         if abandoned and hold > 0:
-            self.tickets[endpoint_held].pools.pool(Kind.READ).abandon()
-            self.loop.at(self.loop.now + hold, self._let_go, endpoint_held)
+            self.tickets[endpoint].pools.pool(Kind.READ).abandon()
+            ticket = [True]  # still held
+            self._seq += 1
+            heapq.heappush(self.abandoned[endpoint], (since, self._seq, ticket))
+            self.loop.at(self.loop.now + hold, self._let_go, endpoint, ticket)
             return
-        self._release(endpoint_held)
+        self._release(endpoint)
+        if not abandoned:
+            heap = self.abandoned[endpoint]
+            while heap and heap[0][0] < since:  # the endpoint moved past them
+                self._let_go(endpoint, heapq.heappop(heap)[2])
 
-    def _let_go(self, endpoint: str) -> None:
-        self._release(endpoint, abandoned=True)
+    def _let_go(self, endpoint: str, ticket: list[bool]) -> None:
+        if ticket[0]:
+            ticket[0] = False
+            self._release(endpoint, abandoned=True)
 
     def _release(self, endpoint: str, abandoned: bool = False) -> None:
         assert self.tickets is not None

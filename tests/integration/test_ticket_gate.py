@@ -177,3 +177,22 @@ async def test_with_no_hold_the_ticket_comes_back_with_the_cancel() -> None:
     d.client_gone()
     pool = tk.endpoints["a:1"].pool(Kind.READ)
     assert (pool.in_use, pool.abandoned) == (0, 0)
+
+
+async def test_an_answer_to_a_later_attempt_lets_the_abandoned_ones_before_it_go() -> None:
+    """The endpoint answered an attempt sent after the abandoned one: it has moved past it (a queue serves in
+    order), so the abandoned ticket comes back; one sent after the answered attempt stays held."""
+    loop = asyncio.get_running_loop()
+    tk = tickets(initial=8, abandoned_hold="60s")
+    first, second, third = _Abandoning(), _Abandoning(), _Abandoning()
+    a, b, c = (_driver(tk, x, loop) for x in (first, second, third))
+    now = loop.time()
+    a.start(now - 30.0)
+    b.start(now - 20.0)
+    c.start(now - 10.0)
+    a.client_gone()
+    c.client_gone()
+    pool = tk.endpoints["a:1"].pool(Kind.READ)
+    assert (pool.in_use, pool.abandoned) == (3, 2)
+    second.ctx[1].answer(OK, "answer")  # sent 20 s ago: after the first, before the third
+    assert (pool.in_use, pool.abandoned) == (1, 1)
