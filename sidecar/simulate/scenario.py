@@ -65,6 +65,11 @@ class ServerSpec(_Base):
     backlog: int = Field(128, ge=1)  # connections a stopped server's kernel still queues (listen backlog)
     workers: int | None = Field(None, ge=1)  # a knee instead of the seed's law: see model.py
 
+    @property
+    def limit(self) -> int:
+        """Requests one replica serves at once before it slows down: ``workers``, or ``concurrency_limit``."""
+        return self.workers if self.workers is not None else self.concurrency_limit
+
     @model_validator(mode="after")
     def _tick(self) -> ServerSpec:
         if self.tick <= 0 or self.min_delay <= 0:
