@@ -25,10 +25,11 @@ apart, from what the pools saw during the interval (:class:`Interval`):
   This is where a limit protects an upstream. (At max without saturation nothing changes: only saturation
   can show that less concurrency gives more throughput.)
 - **Bursts** (exhausted, not saturated, and lately fewer than one attempt turned away for every two let in:
-  the limit bound in moments while the upstream kept up). Departure 1: the probe up goes on up, a step per
-  interval, while bursts keep exhausting the pools, and is kept whole when an interval passes without them
-  exhausted (the raised limit covered the bursts); an interval saturated on the way ends it, back to the
-  stable concurrency, as a probe up that found nothing.
+  the limit bound in moments while the upstream kept up). Departure 1: the probe up goes on up each interval
+  while bursts keep exhausting the pools, to what the interval's demand needed (let in plus turned away,
+  over let in; at least a step), and is kept whole when an interval passes without them exhausted (the
+  raised limit covered the bursts); an interval saturated on the way ends it, back to the stable
+  concurrency, as a probe up that found nothing.
 - **At rest** (not exhausted). Departure 2: no probe ever lowers the door. Every ``QUIET`` intervals at rest
   the seed's probe down is tried on the *target* alone: kept (the seed's EMA) when the highest use of those
   intervals would have had at most half of it, never below ``initial``. So no request is refused or made to
@@ -240,6 +241,9 @@ class ThroughputProber:
             self._probe(1 + spec.step, +1)
             self.state = ProbeState.UP
             self.growing = self._bursts(interval)
+            if self.growing:
+                grown = self._clamp(self._grow(current_concurrency, interval))
+                self._set_total(max(grown, self.get_current_concurrency()))
         elif interval.exhausted:
             if interval.saturated and current_concurrency > spec.min:  # at max: the seed's probe down
                 self._probe(1 - spec.step, -1)
@@ -261,7 +265,7 @@ class ThroughputProber:
             self.stable_concurrency = float(current)
             self.stable_throughput = current_throughput
         elif self._bursts(interval) and current < spec.max:
-            self._set_total(self._clamp(max(current + 1, round_half_up(current * (1 + spec.step)))))
+            self._set_total(self._clamp(self._grow(current, interval)))
             return
         elif self._bursts(interval) and self.refused_avg < spec.step * self.admitted_avg:
             self.stable_concurrency = float(current)  # at max, turning away less than a step's worth: keep it
@@ -270,6 +274,15 @@ class ThroughputProber:
         self.growing = False
         self.set_concurrency(self.stable_concurrency)
         self.state = ProbeState.STABLE
+
+    def _grow(self, current: int, interval: Interval) -> int:
+        """A probe up through bursts: to what the interval's demand needed (let in and turned away, over let
+        in), at least a step (and a ticket)."""
+        step = max(current + 1, round_half_up(current * (1 + self.spec.step)))
+        if not interval.admitted:
+            return step
+        demand = interval.admitted + interval.turned_away
+        return max(step, round_half_up(current * demand / interval.admitted))
 
     def probe_down(self, current_throughput: float, interval: Interval) -> None:
         self._count(interval)

@@ -341,3 +341,15 @@ def test_limits_never_leave_min_max_and_keep_the_ratio(low, extra, ratio, step, 
         assert read >= 1 and write >= 1
         assert abs(read - (read + write) * ratio) <= 1.0
         assert spec.min <= p.stable_concurrency <= spec.max
+
+
+def test_a_burst_probe_grows_to_what_the_interval_demanded():
+    """Ten let in and four turned away: the limit that would have let all in is 8 x 14 / 10 = 11.2 -> 11,
+    more than a step (8 x 1.1 -> 9)."""
+    p = ThroughputProber(ProbeSpec(initial=8, min=2, max=64), now=0.0)
+    assert p.run(0.1, Interval(10, True, peak=8, admitted=10, refused=2, queued=2)) is UP
+    assert p.get_current_concurrency() == 11
+    assert p.run(0.2, Interval(10, True, peak=11, admitted=10, refused=5)) is UP  # 11 x 1.5 = 16.5 -> 17
+    assert p.get_current_concurrency() == 17
+    assert p.run(0.3, rest(10, peak=12)) is S
+    assert p.stable_concurrency == 17
