@@ -11,10 +11,12 @@ instructions being cheaper (compiled C over compact buffers, against Python obje
 
 Needs valgrind and nginx (``apt-get install -y valgrind nginx haproxy``); takes about a minute.
 
-    .venv/bin/python bench/http_instructions.py [--requests 2000] [--admission]
+    .venv/bin/python bench/http_instructions.py [--requests 2000] [--admission] [--concurrency]
 
 ``--admission`` gives the sidecar's listener a request rate limit it never reaches (admission, issue 12):
-the cost of the request gate on every request.
+the cost of the request gate on every request. ``--concurrency`` gives its upstream a probing concurrency
+block whose limit the 8 connections never reach (execution control, issues 12 and 26): the cost of the
+ticket gate and the prober on every request.
 """
 
 from __future__ import annotations
@@ -92,6 +94,9 @@ def main() -> int:
     ap.add_argument(
         "--admission", action="store_true", help="give the listener a request rate limit it never reaches"
     )
+    ap.add_argument(
+        "--concurrency", action="store_true", help="give the upstream a concurrency block it never fills"
+    )
     args = ap.parse_args()
     for tool in ("valgrind", "callgrind_control", "nginx", "haproxy", "taskset"):
         if shutil.which(tool) is None:
@@ -107,6 +112,9 @@ def main() -> int:
             if args.admission:
                 text = conf.read_text().replace("policy: http-default}", "policy: http-default, admission: gate}")
                 conf.write_text(text + "admission:\n  gate: {requests: {rate: 1000000000, burst: 1s}}\n")
+            if args.concurrency:  # 32 tickets, 16 for reads: 8 connections, one GET each in flight
+                text = conf.read_text().replace('"]}', '"], concurrency: {mode: probing, initial: 32}}')
+                conf.write_text(text)
             sidecar = [str(ROOT / ".venv" / "bin" / "sidecar"), "run", "-c", str(conf)]
             per = {
                 "haproxy": count(
