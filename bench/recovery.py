@@ -61,7 +61,7 @@ def main() -> None:
                 f"{strategy} run {i + 1}: recovered={s.recovered} recovery_s={s.recovery_s} "
                 f"peak_inflight={s.peak_inflight} amp_outage={s.amplification_outage:.2f} "
                 f"amp_after={s.amplification_after if s.amplification_after is None else round(s.amplification_after, 2)} "
-                f"success={s.success_rate:.4f}"
+                f"success={s.success_rate:.4f} failed_after={failed_after(res.record, sc)}"
             )
     assert limit is not None
 
@@ -176,6 +176,16 @@ UNITS = {
     "amplification during the outage": "x",
     "amplification 30 s after": "x",
 }
+
+
+def failed_after(rec, sc) -> str:  # noqa: ANN001
+    """Client requests that failed from the second after the outage on, against all that ended then: what
+    "recovered at once" means beside the 5-second goodput mean (which credits a strategy whose requests
+    sent during the outage are answered when it ends)."""
+    assert sc.outage is not None
+    after = rec.seconds[int(sc.outage.end) + 1 :]
+    failed = sum(x.failed for x in after)
+    return f"{failed}/{failed + sum(x.ok for x in after)}"
 
 
 def previous(strategies: tuple[str, ...]) -> dict[str, dict]:

@@ -154,7 +154,7 @@ class ThroughputProber:
         "quiet_peak",
         "growing",
         "admitted_avg",
-        "refused_avg",
+        "turned_away_avg",
         "_last",
     )
 
@@ -169,7 +169,7 @@ class ThroughputProber:
         self.quiet_peak = 0  # the highest use during them
         self.growing = False  # the probe up in progress was started by bursts (departure 1)
         self.admitted_avg = 0.0  # tickets handed out per interval, averaged
-        self.refused_avg = 0.0  # attempts turned away per interval, averaged
+        self.turned_away_avg = 0.0  # attempts turned away per interval, averaged
         self._last = now
         self.set_concurrency(self.stable_concurrency)
 
@@ -220,23 +220,24 @@ class ThroughputProber:
         return self.state
 
     def _count(self, interval: Interval) -> None:
-        """The attempts let in and refused, averaged over intervals (the seed's EMA weight)."""
+        """The attempts let in and turned away, averaged over intervals (the seed's EMA weight); an exhausted
+        interval ends a quiet spell."""
         w = self.spec.ema_weight
         self.admitted_avg = interval.admitted * w + self.admitted_avg * (1 - w)
-        self.refused_avg = interval.turned_away * w + self.refused_avg * (1 - w)
+        self.turned_away_avg = interval.turned_away * w + self.turned_away_avg * (1 - w)
+        if interval.exhausted:
+            self.quiet = self.quiet_peak = 0
 
     def _bursts(self, interval: Interval) -> bool:
         """Exhausted by bursts rather than by overload: the interval was not saturated, and lately fewer than
         one attempt was turned away for every two let in (a load within what the upstream serves has few)."""
-        return not interval.saturated and 2 * self.refused_avg < self.admitted_avg
+        return not interval.saturated and 2 * self.turned_away_avg < self.admitted_avg
 
     def probe_stable(self, current_throughput: float, interval: Interval) -> None:
         spec = self.spec
         self._count(interval)
         self.stable_throughput = current_throughput
         current_concurrency = self.get_current_concurrency()
-        if interval.exhausted:
-            self.quiet = self.quiet_peak = 0
         if interval.exhausted and current_concurrency < spec.max:
             self._probe(1 + spec.step, +1)
             self.state = ProbeState.UP
@@ -267,7 +268,7 @@ class ThroughputProber:
         elif self._bursts(interval) and current < spec.max:
             self._set_total(self._clamp(self._grow(current, interval)))
             return
-        elif self._bursts(interval) and self.refused_avg < spec.step * self.admitted_avg:
+        elif self._bursts(interval) and self.turned_away_avg < spec.step * self.admitted_avg:
             self.stable_concurrency = float(current)  # at max, turning away less than a step's worth: keep it
             self.stable_throughput = current_throughput
         # else saturated (or at max still turning away a step's worth): overload, not bursts; back to stable
