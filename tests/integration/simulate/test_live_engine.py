@@ -59,4 +59,4 @@ def test_the_sidecar_with_tickets_against_a_stopped_server() -> None:
     assert offered == sum(x.ok + x.failed for x in s) + rec.unfinished
     assert s[5].ok == 0 and s[4].errors + s[5].errors > 50  # refused at once while the tickets are held
     assert max(x.inflight for x in s) < 60  # what the stopped server held when it resumed
-    assert sum(x.ok for x in s[7:]) > 200  # answers again after SIGCONT
+    assert sum(x.ok for x in s[7:]) > 100  # answers again after SIGCONT
