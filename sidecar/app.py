@@ -61,11 +61,18 @@ class App:
                 registry=self.telemetry.metrics.registry,
                 ready=self.is_ready,
                 effective_config=effective(config),
+                live=self.live,
             )
 
     def is_ready(self) -> bool:
-        """Started, not draining, and every listener accepting (a gRPC one being rebuilt is not)."""
-        return self.ready and all(lst.serving for lst in self.listeners)
+        """Started, not draining, every listener accepting (a gRPC one being rebuilt is not), and every
+        upstream's names resolved once (successfully or not)."""
+        return self.ready and all(lst.serving for lst in self.listeners) and self.services.resolved
+
+    def live(self) -> dict[str, object]:
+        """What ``/config`` shows beside the config: each upstream's names and addresses as resolved now
+        (a name that came from ``${VAR}`` hidden as in the config itself)."""
+        return {"discovery": redactor(self.config).tree(self.services.discovery_view())}
 
     def address(self, listener: str) -> tuple[str, int]:
         for lst in self.listeners:
@@ -84,6 +91,9 @@ class App:
                     log.error("config reload rejected: %s: %s", path or "(file)", msg)
                 self.reloads.labels("rejected").inc()
                 return False
+            if new != self.config and not restart_reasons(self.config, new):
+                # names the new config adds are resolved first: their upstreams do not start out empty
+                await self.services.discovery.prepare(new)
             return self.apply(new)
 
     def apply(self, new: Config) -> bool:
@@ -115,6 +125,9 @@ class App:
         return True
 
     async def start(self) -> None:
+        """The admin port first (``/readyz`` answers 503 meanwhile), the listeners, then every upstream's names
+        resolved once: ready then, whatever the answers (an upstream whose name does not resolve yet gets the
+        no-endpoint answer at once, and its name is tried again on its schedule)."""
         try:
             if self.admin is not None:
                 await self.admin.start()
@@ -124,6 +137,7 @@ class App:
                 log.info("listener %s ready on %s:%d", lst.name, host, port)
             if self.fleet is not None:
                 await self.fleet.start()
+            await self.services.discovery.start()
         except BaseException:
             await self.stop(0)
             raise
@@ -136,6 +150,7 @@ class App:
         await asyncio.gather(*(lst.stop(g) for lst in self.listeners), return_exceptions=True)
         if self.fleet is not None:
             await self.fleet.stop()
+        await self.services.discovery.stop()
         if self.admin is not None:
             await self.admin.stop()
         self.telemetry.shutdown()

@@ -25,11 +25,15 @@ class AdminServer:
         registry: CollectorRegistry,
         ready: Callable[[], bool],
         effective_config: dict[str, Any],
+        live: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
+        """``live``: what ``/config`` shows beside the effective config, read when asked (each upstream's
+        resolved addresses)."""
         self.host, self.port = split_host_port(listen)
         self._registry = registry
         self._ready = ready
-        self._config_json = b""
+        self._config: dict[str, Any] = {}
+        self._live = live
         self.show(effective_config)
         self._runner: web.AppRunner | None = None
         self.address: tuple[str, int] = (self.host, self.port)
@@ -38,7 +42,7 @@ class AdminServer:
             "/healthz": self._healthz,
             "/readyz": self._readyz,
             "/metrics": self._metrics,
-            "/config": self._config,
+            "/config": self._config_page,
         }
 
     def add(self, path: str, route: Route) -> None:
@@ -46,7 +50,7 @@ class AdminServer:
 
     def show(self, effective_config: dict[str, Any]) -> None:
         """``/config`` answers with this from now on (the live config, after a reload)."""
-        self._config_json = json.dumps(effective_config, indent=2).encode()
+        self._config = effective_config
 
     async def start(self) -> None:
         app = web.Application()
@@ -89,5 +93,6 @@ class AdminServer:
     def _metrics(self, request: AdminRequest) -> AdminResponse:
         return AdminResponse(200, generate_latest(self._registry), CONTENT_TYPE_LATEST)
 
-    def _config(self, request: AdminRequest) -> AdminResponse:
-        return AdminResponse(200, self._config_json, JSON)
+    def _config_page(self, request: AdminRequest) -> AdminResponse:
+        data = self._config if self._live is None else {**self._config, **self._live()}
+        return AdminResponse(200, json.dumps(data, indent=2).encode(), JSON)

@@ -11,10 +11,10 @@ import logging
 
 import grpc
 
-from ...config import GrpcListenerConfig, UpstreamConfig
+from ...config import GrpcListenerConfig
 from ...config.units import split_host_port
-from ...services import Services
-from . import crash
+from ...services import Services, UpstreamRuntime
+from .crash import POLL, GrpcioLog
 from .request import Shared, proxy
 from .routing import MethodRoutes
 from .upstream import Channels
@@ -43,12 +43,13 @@ class _AnyMethod(grpc.GenericRpcHandler):
         await proxy(self.shared, method, context)
 
 
-def _channels(config: GrpcListenerConfig, upstream: UpstreamConfig) -> Channels:
+def _channels(config: GrpcListenerConfig, upstream: UpstreamRuntime) -> Channels:
     try:
         return Channels(
             max_message_size=config.max_message_size,
-            connect_timeout=upstream.connect_timeout,
-            tls=upstream.tls,
+            connect_timeout=upstream.config.connect_timeout,
+            tls=upstream.config.tls,
+            endpoints=upstream.endpoints,
         )
     except OSError as e:
         raise OSError(f"listener {config.name!r}, upstream {config.upstream!r}: {e}") from None
@@ -62,8 +63,9 @@ def _shared(config: GrpcListenerConfig, services: Services, channels: Channels |
         services=services,
         upstream=upstream,
         routes=MethodRoutes(config.method_policies, policy, config.method_timeouts, config.unary_requests),
-        channels=channels if channels is not None else _channels(config, upstream.config),
+        channels=channels if channels is not None else _channels(config, upstream),
         classifiers={},
+        ways={},
     )
 
 
@@ -96,14 +98,16 @@ class GrpcListener:
         same = services.upstreams.get(config.upstream) is old.upstream
         self.shared = _shared(config, services, old.channels if same else None)
         if not same:
+            old.channels.retire()
             self._retired.append(old.channels)
         self.config = config
         self._handler.shared = self.shared
 
     async def start(self) -> None:
-        crash.watch_logs()
         self._server = await self._serve(self.config.listen)
-        self._supervisor = asyncio.get_running_loop().create_task(self._supervise(), name=f"grpc {self.name}")
+        self._supervisor = asyncio.get_running_loop().create_task(
+            self._supervise(GrpcioLog.installed()), name=f"grpc {self.name}"
+        )
 
     async def _serve(self, listen: str) -> grpc.aio.Server:
         size = self.config.max_message_size
@@ -132,10 +136,10 @@ class GrpcListener:
         self._address = (host, port)
         return server
 
-    async def _supervise(self) -> None:
+    async def _supervise(self, grpcio_log: GrpcioLog) -> None:
         """grpcio's server loop can die of one bad frame (``crash.py``): serve again on the same address."""
         while (server := self._server) is not None:
-            cause = await crash.died(server)
+            cause = await grpcio_log.died(server)
             if self._server is not server:
                 return  # stop() took it
             self._rebuilding = True
@@ -155,7 +159,7 @@ class GrpcListener:
                     fresh = await self._serve(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
                 except OSError as e:  # the old socket may linger a moment
                     log.debug("grpc listener %s: not listening yet: %s", self.name, e)
-                    await asyncio.sleep(crash.POLL)
+                    await asyncio.sleep(POLL)
             self._server = fresh
             self._rebuilding = False
             asyncio.get_running_loop().create_task(self._bury(server))

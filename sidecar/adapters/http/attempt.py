@@ -83,13 +83,14 @@ class Attempter(CallbackAttempter):
         "tasks",
     )
 
+    obs: RequestObserver  # the request's telemetry, set once it is admitted (``Forwarding.begun``)
+
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         plan: Plan,
         body: RequestBody | None,
         head_request: bool,
-        obs: RequestObserver,
         base: bytes,
         name_endpoint: bool,
         resend_ok: bool,
@@ -101,7 +102,6 @@ class Attempter(CallbackAttempter):
         self.plan = plan
         self.body = body
         self.head_request = head_request
-        self.obs = obs
         self.base = base
         self.name_endpoint = name_endpoint
         self.ctx: AttemptContext | None = None
@@ -112,11 +112,9 @@ class Attempter(CallbackAttempter):
         self.exchange: Exchange | None = None
         self.more_exchanges: dict[int, Exchange] | None = None
         self.tasks: dict[int, asyncio.Task[None]] | None = None  # attempts waiting for a connection
-        if body is not None:
-            body.on_overflow = self.body_overflowed
 
     def body_overflowed(self) -> None:
-        """The body outgrew the replay buffer: this attempt is the last."""
+        """The body outgrew the replay buffer (its owner, the request, says so): this attempt is the last."""
         self.overflowed = True
         self.obs.buffer_exceeded()
         if self.ctx is not None:
@@ -177,7 +175,7 @@ class Attempter(CallbackAttempter):
             ctx.let_go()  # cancelled before anything was sent: the upstream holds nothing of it
             raise
         if not self._task_over(n):  # cancelled just as the connection came, before anything was sent
-            pool.release(conn)
+            conn.release()
             ctx.let_go()
             return
         self._send(conn, cmd, ctx, pool, reused and not fresh, expires)
@@ -195,13 +193,13 @@ class Attempter(CallbackAttempter):
         """Write this attempt's request on ``conn`` (``now``: the loop time, when the caller just read it)."""
         n = cmd.attempt
         lines = [self.base]
-        if self.name_endpoint:
-            lines.append(b"Host: %s\r\n" % cmd.endpoint.encode("latin-1"))
+        if self.name_endpoint:  # the endpoint's name, not the address it resolved to
+            lines.append(b"Host: %s\r\n" % pool.host_header)
         lines.append(_ATTEMPT_LINES[n] if n < len(_ATTEMPT_LINES) else b"x-sidecar-attempt: %d\r\n" % n)
         if expires != INF:
             ms = timeout_ms(expires - (self.loop.time() if now is None else now))
             if ms <= 0:
-                pool.release(conn)
+                conn.release()
                 ctx.done(NO_TIME_LEFT)
                 return
             lines.append(self.plan.deadline_prefix)
