@@ -342,9 +342,12 @@ class Forwarder:
         return found, target_url, u.host if u.port is None else b"%s:%d" % (u.host, u.port)
 
     def _attributes(self, method: str, target_url: bytes, host: bytes | None) -> dict[str, str | int] | None:
-        """The request span's attributes (built only when there are spans)."""
+        """The request span's attributes (built only when there are spans; the console's tap takes the path,
+        never the query string)."""
         if not self.tracing:
-            return None
+            if self.telemetry.tap is None:
+                return None
+            return {"url.path": target_url.partition(b"?")[0].decode("latin-1")}
         attrs: dict[str, str | int] = {
             "http.request.method": method,
             "url.path": target_url.partition(b"?")[0].decode("latin-1"),
