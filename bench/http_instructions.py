@@ -11,11 +11,13 @@ instructions being cheaper (compiled C over compact buffers, against Python obje
 
 Needs valgrind and nginx (``apt-get install -y valgrind nginx haproxy``); takes about a minute.
 
-    .venv/bin/python bench/http_instructions.py [--requests 2000] [--admission] [--upstream static|static3|name3]
-        [--console off|idle|armed|watched]
+    .venv/bin/python bench/http_instructions.py [--requests 2000] [--admission] [--concurrency]
+        [--upstream static|static3|name3] [--console off|idle|armed|watched]
 
 ``--admission`` gives the sidecar's listener a request rate limit it never reaches (admission, issue 12):
-the cost of the request gate on every request.
+the cost of the request gate on every request. ``--concurrency`` gives its upstream a probing concurrency
+block whose limit the 8 connections never reach (execution control, issues 12 and 26): the cost of the
+ticket gate and the prober on every request.
 
 ``--upstream`` (issue 21, upstreams by name): ``static`` (the default) is one IP literal; ``static3`` three IP
 literals (nginx on 127.0.0.2, .3 and .4: the balancer's power of two choices among three); ``name3`` one name
@@ -272,6 +274,9 @@ def main() -> int:
         "--admission", action="store_true", help="give the listener a request rate limit it never reaches"
     )
     ap.add_argument(
+        "--concurrency", action="store_true", help="give the upstream a concurrency block it never fills"
+    )
+    ap.add_argument(
         "--upstream",
         choices=("static", "static3", "name3"),
         default="static",
@@ -331,6 +336,11 @@ def main() -> int:
                     "policy: http-default}", "policy: http-default, admission: gate}"
                 )
                 conf.write_text(text + "admission:\n  gate: {requests: {rate: 1000000000, burst: 1s}}\n")
+            if args.concurrency:  # 32 tickets, 16 for reads: 8 connections, one GET each in flight
+                text = conf.read_text().replace(
+                    "  nginx: {", "  nginx: {concurrency: {mode: probing, initial: 32}, "
+                )
+                conf.write_text(text)
             sidecar = [str(ROOT / ".venv" / "bin" / "sidecar"), "run", "-c", str(conf)]
             per = {
                 "haproxy": count(
@@ -357,7 +367,11 @@ def main() -> int:
             if dns is not None:
                 stop(dns)
                 shutil.rmtree(server.hosts.parent, ignore_errors=True)
-    print(f"upstream: {args.upstream}" + (" (admission)" if args.admission else ""))
+    print(
+        f"upstream: {args.upstream}"
+        + (" (admission)" if args.admission else "")
+        + (" (concurrency)" if args.concurrency else "")
+    )
     haproxy, sidecar_ = per["haproxy"], per["sidecar"]
     print(f"haproxy  {haproxy['request']:9,.0f} user-space instructions per request")
     print(

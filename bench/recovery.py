@@ -4,7 +4,8 @@ The article's experiment with real processes: 1000 clients, a server with the se
 (SIGSTOP) for 10 s. Fixed-interval clients get 60 s after the outage to recover, backoff and sidecar 25 s.
 Compared in one run of this script: recovery time, peak server in-flight and retry amplification, per
 strategy (medians of the three runs, with their spread). ``sidecar+tickets`` is the sidecar with issue 12's
-execution control on its upstream (``CONCURRENCY``, or ``--concurrency``).
+execution control on its upstream (``CONCURRENCY``, or ``--concurrency``: the scenario's ``sidecar.tickets``).
+Every run is printed as it ends; the goals are checked on every run, not on the medians.
 
     .venv/bin/python bench/recovery.py [--runs 3] [--strategies sidecar sidecar+tickets]
 """
@@ -49,11 +50,10 @@ def main() -> None:
         for i in range(args.runs):
             overrides = {**COMPRESSED, "seed": i + 1, "duration": f"{20 + AFTER[strategy]}s"}
             if strategy == "sidecar+tickets":
-                overrides["sidecar"] = {"upstream": {"concurrency": concurrency}}
+                overrides["sidecar"] = {"tickets": concurrency}
             sc = scenarios.load("seed-crash", overrides)
             limit = sc.server.concurrency_limit
-            engine_strategy = "sidecar" if strategy == "sidecar+tickets" else strategy
-            res = result(strategy, run_one(sc, args.engine, engine_strategy), sc)
+            res = result(strategy, run_one(sc, args.engine, strategy), sc)
             summaries[strategy].append(res.summary)
             firsts.setdefault(strategy, (sc, res))
             s = res.summary
@@ -61,7 +61,7 @@ def main() -> None:
                 f"{strategy} run {i + 1}: recovered={s.recovered} recovery_s={s.recovery_s} "
                 f"peak_inflight={s.peak_inflight} amp_outage={s.amplification_outage:.2f} "
                 f"amp_after={s.amplification_after if s.amplification_after is None else round(s.amplification_after, 2)} "
-                f"success={s.success_rate:.4f}"
+                f"success={s.success_rate:.4f} failed_after={failed_after(res.record, sc)}"
             )
     assert limit is not None
 
@@ -75,6 +75,9 @@ def main() -> None:
         "runs recovered": {k: f"{sum(s.recovered for s in v)}/{len(v)}" for k, v in summaries.items()},
         "recovery after the outage (median)": col("recovery_s"),
         "peak server in-flight (median)": col("peak_inflight"),
+        "peak server in-flight (highest run)": {
+            k: max(s.peak_inflight for s in v) for k, v in summaries.items()
+        },
         "amplification during the outage": col("amplification_outage"),
         "amplification 30 s after": col("amplification_after"),
         "client success rate": col("success_rate"),
@@ -99,12 +102,20 @@ def main() -> None:
         return summaries.get(strategy)
 
     fixed_runs, sidecar_runs, tickets_runs = runs("fixed"), runs("sidecar"), runs("sidecar+tickets")
-    recovered_ok = None
-    if fixed_runs is not None and sidecar_runs is not None:
-        recovered_ok = not any(s.recovered for s in fixed_runs) and all(
-            s.recovered and s.recovery_s <= 5 for s in sidecar_runs
-        )
-    sidecar_fast = None if sidecar_runs is None else all(s.recovered and s.recovery_s <= 5 for s in sidecar_runs)
+
+    def at_once(runs_: list | None) -> bool | None:
+        return None if runs_ is None else all(s.recovered and s.recovery_s <= 5 for s in runs_)
+
+    # Each goal is judged on the columns run this time (all of its runs): fixed never recovers, the sidecar
+    # with and without tickets recovers within 5 s every time.
+    checks = [
+        None if fixed_runs is None else not any(s.recovered for s in fixed_runs),
+        at_once(sidecar_runs),
+        at_once(tickets_runs),
+    ]
+    recovered_ok = None if all(c is None for c in checks) else all(c for c in checks if c is not None)
+    fast = [c for c in (at_once(sidecar_runs), at_once(tickets_runs)) if c is not None]
+    sidecar_fast = all(fast) if fast else None
     tickets_peak_ok = None if tickets_runs is None else all(s.peak_inflight < 3 * limit for s in tickets_runs)
     success = measured["client success rate"]
     tickets_success_ok = None
@@ -119,9 +130,16 @@ def main() -> None:
         return row(metric, UNITS.get(metric, ""), measured[metric], text, met, spread=spreads.get(metric))
 
     rows = [
-        goal("runs recovered", "fixed none within 60 s; sidecar all", recovered_ok),
-        goal("recovery after the outage (median)", "sidecar <= 5 s", sidecar_fast),
-        goal("peak server in-flight (median)", f"sidecar+tickets < 3x limit = {3 * limit}", tickets_peak_ok),
+        goal("runs recovered", "fixed none within 60 s; sidecar, sidecar+tickets all", recovered_ok),
+        goal(
+            "recovery after the outage (median)", "sidecar, sidecar+tickets <= 5 s in every run", sidecar_fast
+        ),
+        goal("peak server in-flight (median)"),
+        goal(
+            "peak server in-flight (highest run)",
+            f"sidecar+tickets < 3x limit = {3 * limit} in every run",
+            tickets_peak_ok,
+        ),
         row(
             "peak in-flight / fixed's",
             "x",
@@ -153,8 +171,21 @@ def main() -> None:
     write("recovery", "Recovery after a crash (seed-crash)", columns, rows, notes, "recovery.png", started)
 
 
-UNITS = {"recovery after the outage (median)": "s", "amplification during the outage": "x",
-         "amplification 30 s after": "x"}
+UNITS = {
+    "recovery after the outage (median)": "s",
+    "amplification during the outage": "x",
+    "amplification 30 s after": "x",
+}
+
+
+def failed_after(rec, sc) -> str:  # noqa: ANN001
+    """Client requests that failed from the second after the outage on, against all that ended then: what
+    "recovered at once" means beside the 5-second goodput mean (which credits a strategy whose requests
+    sent during the outage are answered when it ends)."""
+    assert sc.outage is not None
+    after = rec.seconds[int(sc.outage.end) + 1 :]
+    failed = sum(x.failed for x in after)
+    return f"{failed}/{failed + sum(x.ok for x in after)}"
 
 
 def previous(strategies: tuple[str, ...]) -> dict[str, dict]:

@@ -15,7 +15,10 @@ A bug is contained to its request: an exception from the engine, an observer hoo
 is; the loop's other requests, and the timer heap's other wake-ups, go on.
 
 A request to an upstream with a ``concurrency`` block has an :class:`AttemptGate`: its attempts start, are cancelled
-and are discarded through it (each waits there for its ticket; ``ticket_gate.py``).
+and are discarded through it (each waits there for its ticket; ``ticket_gate.py``). A cancelled attempt may
+keep its ticket until the upstream can be taken to have let the request go; the one signal for it is
+protocol-neutral: the adapter's attempt calls ``AttemptContext.let_go`` where it learns that none of the
+attempt was sent, and the driver itself says so of an answer that arrives after the cancel (and is discarded).
 
 No coroutine, task or loop timer is needed per request, so an adapter built on protocol callbacks (HTTP)
 pays only for the engine itself. Adapters written as coroutines (gRPC, MongoDB) use :func:`drive`, which
@@ -97,6 +100,12 @@ class AttemptContext:
         """The request body outgrew the replay buffer while this attempt was sending it."""
         self._driver.feed(BUFFER_EXCEEDED)
 
+    def let_go(self) -> None:
+        """This attempt, cancelled, holds nothing at the upstream any more: none of it had been sent. (An
+        answer that arrives after all is discarded by the driver, which says so itself.) What the attempt
+        held for the upstream's sake goes back now (:meth:`AttemptGate.let_go`)."""
+        self._driver.let_go(self.attempt.attempt)
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class CallbackAttempter:
@@ -131,8 +140,13 @@ class AttemptGate:
         """Attempt ``attempt`` reported its result (whatever it is): what it held goes back."""
 
     def cancel(self, attempt: int, attempter: CallbackAttempter) -> None:
-        """Abandon attempt ``attempt``, started or still waiting; what it held or waited for goes back."""
+        """Abandon attempt ``attempt``, started or still waiting: what it waited for goes back now, what it
+        holds for the upstream's sake when the upstream can be taken to have let it go (:meth:`let_go`)."""
         attempter.cancel(attempt)
+
+    def let_go(self, attempt: int) -> None:
+        """Abandoned ``attempt`` holds nothing at the upstream any more (none of it was sent, or its answer
+        arrived and was discarded)."""
 
     def discard(self, payload: Any, attempter: CallbackAttempter) -> None:
         """Release a result that will not be delivered (the gate's own refusals hold nothing)."""
@@ -275,6 +289,8 @@ class Driver:
         bit = 1 << n
         if not self.live & bit:  # cancelled, or the call is over: nobody will deliver this
             self._discard(payload)
+            if self.gate is not None:  # the upstream answered it: it let it go
+                self.gate.let_go(n)
             return
         self.live &= ~bit
         if self.gate is not None:
@@ -283,6 +299,11 @@ class Driver:
         if payload is not None:
             self.payloads[n] = payload
         self.feed(AttemptEnded(n, outcome))
+
+    def let_go(self, n: int) -> None:
+        """Cancelled attempt ``n`` holds nothing at the upstream any more (``AttemptContext.let_go``)."""
+        if self.gate is not None:
+            self.gate.let_go(n)
 
     def feed(self, event: Event, now: float | None = None) -> None:
         if self.finish is not None:

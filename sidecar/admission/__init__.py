@@ -9,7 +9,7 @@ wait until a given time, reject with a reason and when to come back).
 from .bucket import RateLimiter
 from .concurrency import EndpointConcurrency
 from .decision import Decision, Verdict
-from .prober import ProbeSpec, ProbeState, ThroughputProber, split_concurrency
+from .prober import Interval, ProbeSpec, ProbeState, ThroughputProber, split_concurrency
 from .reasons import Count, Limiter, Rejection
 from .refusal import RatePolicy, Refusal
 from .stats import AdmissionStats
@@ -20,6 +20,7 @@ __all__ = [
     "Count",
     "Decision",
     "EndpointConcurrency",
+    "Interval",
     "Kind",
     "Limiter",
     "ProbeSpec",

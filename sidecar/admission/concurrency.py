@@ -2,7 +2,8 @@
 set by the throughput prober every interval.
 
 This is the loop the wiring runs on a timer (issue 12's ``concurrency.interval``): the pools report the
-interval (tickets returned, exhausted or not), the prober computes new limits, the pools apply them, and the
+interval (``prober.Interval``: tickets returned, exhausted or not, peak use, attempts let through or turned
+away), the prober computes new limits, the pools apply them, and the
 waiters a larger limit grants are handed back to be woken. In ``fixed`` mode the limits never change.
 
 A reload changes the settings in place (:meth:`EndpointConcurrency.reconfigure`): tickets held stay held,
@@ -55,9 +56,9 @@ class EndpointConcurrency:
 
     def on_interval(self, now: float) -> list[tuple[Kind, int]]:
         """An interval ended at ``now``: probe, apply the new limits, return the waiters they grant."""
-        returned, exhausted = self.pools.take_interval()
+        interval = self.pools.take_interval()
         prober = self.prober
         if prober is None:
             return []
-        prober.run(now, returned, exhausted)
+        prober.run(now, interval)
         return self.pools.set_limits(prober.read, prober.write)

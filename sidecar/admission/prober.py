@@ -1,5 +1,7 @@
-"""The seed's throughput probing, verbatim where it is precise (``mongodb-server-admission-control.md``,
-"Throughput Probing": the pseudocode and its diagram), run every ``interval`` by the caller:
+"""Throughput probing (the seed, ``mongodb-server-admission-control.md``, "Throughput Probing"), run every
+``interval`` by the caller, with two departures for a proxy whose limit refuses what it does not admit.
+
+The seed, verbatim where it is precise (its pseudocode and diagram):
 
     run()          throughput := tickets returned / time elapsed; then by state:
     probeStable    record the throughput; below max and tickets exhausted: probe up (stable x (1 + step));
@@ -8,6 +10,31 @@
     probeDown      either way set the stable concurrency and go back to stable
 
 with ``EMA(stable, current) = current x ema_weight + stable x (1 - ema_weight)``.
+
+Why depart. Inside mongod an operation that finds no ticket waits, so a probe costs a little latency. In a
+proxy with a short ``max_wait`` or ``max_queue: 0`` a ticket not free is a refusal: the seed's probe down at
+rest (tickets not exhausted), every other interval, turns requests away from an upstream that was never
+overloaded; and a limit at the upstream's knee turns away the ordinary Poisson bursts of a load at or below
+capacity, which the throughput of one interval cannot show (a burst's extra requests finish in later
+intervals, and ten answers per interval vary by more than a step). So the prober tells three situations
+apart, from what the pools saw during the interval (:class:`Interval`):
+
+- **Overload** (the interval was *saturated*: exhausted, with at least as many attempts turned away, refused
+  or still waiting, as let in; or exhausted while those turned away lately were at least half those let in). The seed's probing,
+  unchanged: below max, probe up and let throughput decide; at max, probe down and let throughput decide.
+  This is where a limit protects an upstream. (At max without saturation nothing changes: only saturation
+  can show that less concurrency gives more throughput.)
+- **Bursts** (exhausted, not saturated, and lately fewer than one attempt turned away for every two let in:
+  the limit bound in moments while the upstream kept up). Departure 1: the probe up goes on up each interval
+  while bursts keep exhausting the pools, to what the interval's demand needed (let in plus turned away,
+  over let in; at least a step), and is kept whole when an interval passes without them exhausted (the
+  raised limit covered the bursts); an interval saturated on the way ends it, back to the stable
+  concurrency, as a probe up that found nothing.
+- **At rest** (not exhausted). Departure 2: no probe ever lowers the door. Every ``QUIET`` intervals at rest
+  the seed's probe down is tried on the *target* alone: kept (the seed's EMA) when the highest use of those
+  intervals would have had at most half of it, never below ``initial``. So no request is refused or made to
+  wait that the stable limit would have admitted; what bursts added decays once traffic no longer needs it;
+  and a prober at rest at or below ``initial`` changes nothing (the seed's "at min, no change").
 
 Where the seed is loose, this follows the server's own source (``throughput_probing.cpp``) or says why not:
 
@@ -58,13 +85,47 @@ class ProbeSpec:
         if self.max < self.min:
             raise ValueError(f"max ({self.max!r}) must not be below min ({self.min!r})")
         if not self.min <= self.initial <= self.max:
-            raise ValueError(f"initial ({self.initial!r}) must be within min and max ([{self.min}, {self.max}])")
+            raise ValueError(
+                f"initial ({self.initial!r}) must be within min and max ([{self.min}, {self.max}])"
+            )
         if not 0.0 <= self.read_write_ratio <= 1.0:
             raise ValueError(f"read_write_ratio must be within [0, 1], not {self.read_write_ratio!r}")
         if not 0.0 < self.step < 1.0:
             raise ValueError(f"step must be within (0, 1), not {self.step!r}")
         if not 0.0 < self.ema_weight <= 1.0:
             raise ValueError(f"ema_weight must be within (0, 1], not {self.ema_weight!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """What an endpoint's pools saw during one interval (``TicketPools.take_interval``): tickets returned
+    by answered attempts (the throughput; not those of abandoned attempts); whether they were exhausted
+    (the seed's: peak use reached the limit, or an attempt queued); the peak use (reads plus writes, each
+    pool's own peak); tickets handed out (at once or to a waiter: ``admitted``), attempts refused one (at
+    once, or when their wait ran out: ``refused``) and attempts still waiting at the interval's end
+    (``queued``)."""
+
+    returned: int
+    exhausted: bool
+    peak: int = 0
+    admitted: int = 0
+    refused: int = 0
+    queued: int = 0
+
+    @property
+    def turned_away(self) -> int:
+        """Attempts the limit did not serve within the interval: refused, or still waiting."""
+        return self.refused + self.queued
+
+    @property
+    def saturated(self) -> bool:
+        """Exhausted, and at least as many attempts turned away as let in: demand at least twice what the
+        limit lets through (or tickets held with nothing let in nor asking: a stalled upstream)."""
+        return self.exhausted and self.turned_away >= self.admitted
+
+
+#: Intervals at rest between two tries of a lower target (departure 2): about a second at the default interval.
+QUIET = 10
 
 
 def round_half_up(x: float) -> int:
@@ -79,9 +140,23 @@ def split_concurrency(total: int, read_write_ratio: float) -> tuple[int, int]:
 
 
 class ThroughputProber:
-    """One endpoint's prober. ``now``: seconds on the caller's monotonic clock."""
+    """One endpoint's prober. ``now``: seconds on the caller's monotonic clock. ``read`` and ``write`` are
+    the limits the pools enforce (the door)."""
 
-    __slots__ = ("spec", "state", "stable_concurrency", "stable_throughput", "read", "write", "_last")
+    __slots__ = (
+        "spec",
+        "state",
+        "stable_concurrency",
+        "stable_throughput",
+        "read",
+        "write",
+        "quiet",
+        "quiet_peak",
+        "growing",
+        "admitted_avg",
+        "turned_away_avg",
+        "_last",
+    )
 
     def __init__(self, spec: ProbeSpec, now: float) -> None:
         self.spec = spec
@@ -90,14 +165,21 @@ class ThroughputProber:
         self.stable_throughput = 0.0
         self.read = 0
         self.write = 0
+        self.quiet = 0  # intervals at rest since the pools were exhausted or the target was last tried
+        self.quiet_peak = 0  # the highest use during them
+        self.growing = False  # the probe up in progress was started by bursts (departure 1)
+        self.admitted_avg = 0.0  # tickets handed out per interval, averaged
+        self.turned_away_avg = 0.0  # attempts turned away per interval, averaged
         self._last = now
         self.set_concurrency(self.stable_concurrency)
 
     # -- the seed's helpers --------------------------------------------------------------------------------
 
     def set_concurrency(self, concurrency: float) -> None:
-        spec = self.spec
-        self._set_total(min(spec.max, max(spec.min, round_half_up(concurrency))))
+        self._set_total(self._clamp(round_half_up(concurrency)))
+
+    def _clamp(self, total: int) -> int:
+        return min(self.spec.max, max(self.spec.min, total))
 
     def _set_total(self, total: int) -> None:
         self.read, self.write = split_concurrency(total, self.spec.read_write_ratio)
@@ -111,52 +193,121 @@ class ThroughputProber:
 
     def restart(self, now: float) -> None:
         """The next interval starts at ``now`` (the caller did not run the prober while the endpoint was idle:
-        an idle stretch measures nothing, as the seed's prober would find running it, see ``probe_stable``)."""
+        an idle stretch measures nothing, and the prober at rest would change nothing)."""
         self._last = now
 
     @property
     def limits(self) -> tuple[int, int]:
-        """(read, write) tickets now."""
+        """(read, write) tickets now: what the pools enforce."""
         return self.read, self.write
 
     # -- run -----------------------------------------------------------------------------------------------
 
-    def run(self, now: float, tickets_returned: int, exhausted: bool) -> ProbeState:
-        """One interval ended at ``now``: ``tickets_returned`` by both pools during it, and whether they were
-        exhausted. Sets the new limits (:attr:`limits`) and returns the new state. No time elapsed: nothing."""
+    def run(self, now: float, interval: Interval) -> ProbeState:
+        """One interval ended at ``now``, the pools having seen ``interval``. Sets the new limits
+        (:attr:`limits`) and returns the new state. No time elapsed: nothing."""
         elapsed = now - self._last
         if elapsed <= 0:
             return self.state
         self._last = now
-        current_throughput = tickets_returned / elapsed
+        current_throughput = interval.returned / elapsed
         if self.state is ProbeState.STABLE:
-            self.probe_stable(current_throughput, exhausted)
+            self.probe_stable(current_throughput, interval)
         elif self.state is ProbeState.UP:
-            self.probe_up(current_throughput)
+            self.probe_up(current_throughput, interval)
         else:
-            self.probe_down(current_throughput)
+            self.probe_down(current_throughput, interval)
         return self.state
 
-    def probe_stable(self, current_throughput: float, exhausted: bool) -> None:
+    def _count(self, interval: Interval) -> None:
+        """The attempts let in and turned away, averaged over intervals (the seed's EMA weight); an exhausted
+        interval ends a quiet spell."""
+        w = self.spec.ema_weight
+        self.admitted_avg = interval.admitted * w + self.admitted_avg * (1 - w)
+        self.turned_away_avg = interval.turned_away * w + self.turned_away_avg * (1 - w)
+        if interval.exhausted:
+            self.quiet = self.quiet_peak = 0
+
+    def _bursts(self, interval: Interval) -> bool:
+        """Exhausted by bursts rather than by overload: the interval was not saturated, and lately fewer than
+        one attempt was turned away for every two let in (a load within what the upstream serves has few)."""
+        return not interval.saturated and 2 * self.turned_away_avg < self.admitted_avg
+
+    def probe_stable(self, current_throughput: float, interval: Interval) -> None:
         spec = self.spec
+        self._count(interval)
         self.stable_throughput = current_throughput
         current_concurrency = self.get_current_concurrency()
-        if current_concurrency < spec.max and exhausted:
+        if interval.exhausted and current_concurrency < spec.max:
             self._probe(1 + spec.step, +1)
             self.state = ProbeState.UP
-        elif current_concurrency > spec.min:
-            self._probe(1 - spec.step, -1)
-            self.state = ProbeState.DOWN
-        # else: at the minimum and not exhausted, no change
+            self.growing = self._bursts(interval)
+            if self.growing:
+                grown = self._clamp(self._grow(current_concurrency, interval))
+                self._set_total(max(grown, self.get_current_concurrency()))
+        elif interval.exhausted:
+            if interval.saturated and current_concurrency > spec.min:  # at max: the seed's probe down
+                self._probe(1 - spec.step, -1)
+                self.state = ProbeState.DOWN
+            # (bursts at max: only saturation can show that less concurrency gives more throughput)
+        else:
+            self._rest(interval)
 
-    def probe_up(self, current_throughput: float) -> None:
+    def probe_up(self, current_throughput: float, interval: Interval) -> None:
+        self._count(interval)
+        if not self.growing:
+            self._settle(current_throughput)
+            return
+        # A probe up started by bursts goes on up while bursts keep finding the door shut, and is judged
+        # when they stop (departure 1).
+        current = self.get_current_concurrency()
+        spec = self.spec
+        if not interval.exhausted:  # the raised limit covered the bursts: keep it
+            self.stable_concurrency = float(current)
+            self.stable_throughput = current_throughput
+        elif self._bursts(interval) and current < spec.max:
+            self._set_total(self._clamp(self._grow(current, interval)))
+            return
+        elif self._bursts(interval) and self.turned_away_avg < spec.step * self.admitted_avg:
+            self.stable_concurrency = float(current)  # at max, turning away less than a step's worth: keep it
+            self.stable_throughput = current_throughput
+        # else saturated (or at max still turning away a step's worth): overload, not bursts; back to stable
+        self.growing = False
+        self.set_concurrency(self.stable_concurrency)
+        self.state = ProbeState.STABLE
+
+    def _grow(self, current: int, interval: Interval) -> int:
+        """A probe up through bursts: to what the interval's demand needed (let in and turned away, over let
+        in), at least a step (and a ticket)."""
+        step = max(current + 1, round_half_up(current * (1 + self.spec.step)))
+        if not interval.admitted:
+            return step
+        demand = interval.admitted + interval.turned_away
+        return max(step, round_half_up(current * demand / interval.admitted))
+
+    def probe_down(self, current_throughput: float, interval: Interval) -> None:
+        self._count(interval)
         self._settle(current_throughput)
 
-    def probe_down(self, current_throughput: float) -> None:
-        self._settle(current_throughput)
+    def _rest(self, interval: Interval) -> None:
+        """Not exhausted (departure 2): the door stays. Every ``quiet`` intervals at rest, the seed's probe down
+        is tried on the target alone: kept (the seed's EMA) when the highest use of those intervals would
+        have had at most half of the target, never below ``initial``."""
+        self.quiet += 1
+        self.quiet_peak = max(self.quiet_peak, interval.peak)
+        if self.quiet < QUIET:
+            return
+        spec = self.spec
+        target = self._probe_total(1 - spec.step, -1)
+        if self.stable_concurrency > spec.initial and 2 * self.quiet_peak <= target:
+            self.stable_concurrency = max(
+                float(spec.initial), self.exponential_moving_average(self.stable_concurrency, target)
+            )
+            self.set_concurrency(self.stable_concurrency)
+        self.quiet = self.quiet_peak = 0
 
     def _settle(self, current_throughput: float) -> None:
-        """probeUp and probeDown are the same steps: keep what the probe found if throughput rose."""
+        """The seed's probeUp and probeDown are the same steps: keep what the probe found if throughput rose."""
         if current_throughput > self.stable_throughput:
             self.stable_concurrency = self.exponential_moving_average(
                 self.stable_concurrency, self.get_current_concurrency()
@@ -166,9 +317,11 @@ class ThroughputProber:
         self.state = ProbeState.STABLE
 
     def _probe(self, multiple: float, nudge: int) -> None:
-        spec = self.spec
-        current = self.get_current_concurrency()
+        self._set_total(self._probe_total(multiple, nudge))
+
+    def _probe_total(self, multiple: float, nudge: int) -> int:
+        """The seed's probe from the stable concurrency, in whole tickets within [min, max]."""
         target = round_half_up(self.stable_concurrency * multiple)
-        if target == current:
+        if target == self.get_current_concurrency():
             target += nudge
-        self._set_total(min(spec.max, max(spec.min, target)))
+        return self._clamp(target)

@@ -10,8 +10,15 @@ granted by a :meth:`TicketPool.release` or a larger limit (the pool names the wa
 known at once is decided at once: a full queue, no time to wait, a deadline already reached.
 
 A smaller limit takes effect as tickets come back (none is revoked); a larger one grants queued waiters at
-once, so a limit change never strands a waiter. The pools report what the prober needs: tickets returned in
-the interval, and whether the pool was exhausted (its peak use reached its limit, or someone queued).
+once, so a limit change never strands a waiter. The pools report what the prober needs (``Interval``):
+tickets returned in the interval, whether the pool was exhausted (its peak use reached its limit, or someone
+queued), its peak use, how many tickets it handed out, how many attempts it refused, and how many still wait.
+
+A ticket whose attempt was **abandoned** (its per-try timeout, a lost hedge, the client gone) still counts
+against the limit until the upstream can be taken to have let the request go (:meth:`TicketPool.abandon`,
+then :meth:`TicketPool.release` with ``abandoned=True``): the sidecar giving up does not make the upstream
+stop, and the limit bounds what the upstream holds, not only what the sidecar waits for. When that is, is the
+caller's to say (``sidecar/gates/ticket_gate.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from collections import OrderedDict
 from enum import Enum
 
 from .decision import Decision, Verdict, check_queue_limits
+from .prober import Interval
 from .reasons import Rejection
 from .stats import AdmissionStats
 
@@ -37,6 +45,7 @@ class TicketPool:
         "kind",
         "limit",
         "in_use",
+        "abandoned",
         "max_queue",
         "max_wait",
         "stats",
@@ -45,12 +54,15 @@ class TicketPool:
         "_peak",
         "_queued_in_interval",
         "_returned",
+        "_admitted",
+        "_refused",
     )
 
     def __init__(self, kind: Kind, limit: int, max_queue: int = 0, max_wait: float = math.inf) -> None:
         self.kind = kind
         self.limit = _check_limit(limit)
-        self.in_use = 0
+        self.in_use = 0  # tickets held, abandoned ones included
+        self.abandoned = 0  # of them, held by attempts given up on (the upstream may still hold them)
         self.max_queue = 0
         self.max_wait = 0.0
         self.set_queue(max_queue, max_wait)
@@ -61,6 +73,8 @@ class TicketPool:
         self._peak = 0  # most tickets in use at once since the interval began
         self._queued_in_interval = False
         self._returned = 0
+        self._admitted = 0  # tickets handed out (at once, or to a waiter)
+        self._refused = 0  # attempts refused one (at once, or after waiting)
 
     def set_queue(self, max_queue: int, max_wait: float) -> None:
         check_queue_limits(max_queue, max_wait)
@@ -81,6 +95,7 @@ class TicketPool:
         self.stats.exempted += 1
 
     def _grant(self) -> None:
+        self._admitted += 1
         self.in_use += 1
         if self.in_use > self._peak:
             self._peak = self.in_use
@@ -92,6 +107,7 @@ class TicketPool:
         if self.in_use < self.limit and not self._waiters:
             self._grant()
             return True
+        self._refused += 1
         self.stats.reject(Rejection.QUEUE_FULL)
         return False
 
@@ -109,6 +125,7 @@ class TicketPool:
         elif deadline <= now:
             reason = Rejection.DEADLINE
         if reason is not None:
+            self._refused += 1
             self.stats.reject(reason)
             return Decision(Verdict.REJECTED, now, reason)
         give_up, why = (
@@ -122,9 +139,24 @@ class TicketPool:
         self.stats.added_to_queue += 1
         return Decision(Verdict.QUEUED, give_up, None, self._last_id)
 
-    def release(self) -> int:
-        """A ticket comes back. Returns the waiter it passes to (it now holds it), or 0 when none does."""
-        self._returned += 1
+    def abandon(self) -> None:
+        """The attempt holding one of the tickets in use was abandoned: the ticket stays in use, counted as
+        abandoned, until it is released (``release(abandoned=True)``)."""
+        if self.abandoned >= self.in_use:
+            raise ValueError(f"{self.kind.value} pool: a ticket was abandoned that was not held")
+        self.abandoned += 1
+
+    def release(self, abandoned: bool = False) -> int:
+        """A ticket comes back (``abandoned``: one held by an abandoned attempt, whose upstream let it go).
+        Returns the waiter it passes to (it now holds it), or 0 when none does."""
+        if abandoned:  # (not counted as returned: the prober's throughput is work the upstream answered)
+            if self.abandoned <= 0:
+                raise ValueError(
+                    f"{self.kind.value} pool: released an abandoned ticket that was not abandoned"
+                )
+            self.abandoned -= 1
+        else:
+            self._returned += 1
         if self._waiters and self.in_use <= self.limit:
             waiter, _ = self._waiters.popitem(last=False)
             self.stats.removed_from_queue += 1
@@ -155,6 +187,7 @@ class TicketPool:
         if entry is None:
             return None
         self.stats.removed_from_queue += 1
+        self._refused += 1
         self.stats.reject(entry[1])
         return entry[1]
 
@@ -173,14 +206,20 @@ class TicketPool:
         self.stats.interrupted_in_queue += 1
         return True
 
-    def take_interval(self) -> tuple[int, bool]:
-        """For the prober: (tickets returned, exhausted) since the last call, which starts a new interval."""
-        exhausted = self._peak >= self.limit or self._queued_in_interval
-        returned = self._returned
-        self._returned = 0
+    def take_interval(self) -> Interval:
+        """For the prober: what the pool saw since the last call, which starts a new interval."""
+        report = Interval(
+            self._returned,
+            self._peak >= self.limit or self._queued_in_interval,
+            self._peak,
+            self._admitted,
+            self._refused,
+            len(self._waiters),
+        )
+        self._returned = self._admitted = self._refused = 0
         self._peak = self.in_use
         self._queued_in_interval = bool(self._waiters)
-        return returned, exhausted
+        return report
 
 
 def _check_limit(limit: int) -> int:
@@ -209,14 +248,25 @@ class TicketPools:
     def in_use(self) -> int:
         return self.read.in_use + self.write.in_use
 
+    @property
+    def abandoned(self) -> int:
+        return self.read.abandoned + self.write.abandoned
+
     def set_limits(self, read: int, write: int) -> list[tuple[Kind, int]]:
         """New limits for both pools; the waiters they grant, as (pool, waiter)."""
         granted = [(Kind.READ, w) for w in self.read.set_limit(read)]
         granted.extend((Kind.WRITE, w) for w in self.write.set_limit(write))
         return granted
 
-    def take_interval(self) -> tuple[int, bool]:
-        """Tickets returned by both pools, and whether either was exhausted (the seed's "tickets exhausted")."""
-        read_returned, read_exhausted = self.read.take_interval()
-        write_returned, write_exhausted = self.write.take_interval()
-        return read_returned + write_returned, read_exhausted or write_exhausted
+    def take_interval(self) -> Interval:
+        """Both pools' intervals, summed: exhausted when either was (the seed's "tickets exhausted")."""
+        r = self.read.take_interval()
+        w = self.write.take_interval()
+        return Interval(
+            r.returned + w.returned,
+            r.exhausted or w.exhausted,
+            r.peak + w.peak,
+            r.admitted + w.admitted,
+            r.refused + w.refused,
+            r.queued + w.queued,
+        )

@@ -246,7 +246,11 @@ class ConcurrencyConfig(Base):
     """Execution control toward each endpoint of an upstream (issue 12; the seed's ticket pools): every
     attempt holds one read or write ticket while it is outstanding. ``initial``, ``min`` and ``max`` count
     tickets per endpoint, reads plus writes; ``probing`` moves them within [min, max] by the seed's
-    throughput probing every ``interval``, ``fixed`` keeps ``initial``."""
+    throughput probing every ``interval``, ``fixed`` keeps ``initial``. ``abandoned_hold``: the most the
+    ticket of an abandoned attempt (per-try timeout, lost hedge, client gone) stays held after its connection
+    or stream was closed, for the upstream to let the request go: as long again as the attempt had been
+    outstanding, at most this, and sooner when the upstream is seen to let it go (the endpoint answered an
+    attempt sent after it, nothing of it was sent, or its answer came and was discarded); 0: back at once."""
 
     mode: Literal["probing", "fixed"] = "probing"
     initial: int = Field(32, ge=2)  # one read and one write ticket at least
@@ -258,6 +262,7 @@ class ConcurrencyConfig(Base):
     interval: Duration = 0.1
     max_queue: int = Field(512, ge=0)
     max_wait: Duration = 1.0
+    abandoned_hold: Duration = 2.0
     read_methods: list[str] = []
 
     @model_validator(mode="after")

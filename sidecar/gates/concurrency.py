@@ -18,12 +18,14 @@ held stay held, waiters keep their place, and a larger limit grants them at once
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from collections.abc import Callable
 
 from ..admission import Decision, EndpointConcurrency, Kind, ProbeSpec, ProbeState, TicketPool
 from ..config.schema import ConcurrencyConfig
 from ..telemetry.metrics import Histogram
+from ..timers import TimerEntry, Timers
 
 log = logging.getLogger("sidecar.concurrency")
 
@@ -41,16 +43,42 @@ def probe_spec(config: ConcurrencyConfig, initial: int | None = None) -> ProbeSp
     return ProbeSpec(start, config.min, config.max, config.read_write_ratio, config.step, config.ema_weight)
 
 
-class EndpointTickets:
-    """One endpoint: its pools and prober, and the attempts queued for its tickets (by pool and waiter)."""
+class AbandonedTicket:
+    """A ticket held by an abandoned attempt (sent at ``since``) until the upstream can be taken to have let
+    the request go: its time is up (``timer``), the adapter says so, or the endpoint answered an attempt sent
+    after it (see :meth:`EndpointTickets.answered`). Whichever comes first gives it back; the others find it
+    gone."""
 
-    __slots__ = ("endpoint", "control", "wakes", "queue_time")
+    __slots__ = ("ep", "kind", "since", "held", "timers", "timer")
+
+    def __init__(self, ep: EndpointTickets, kind: Kind, since: float) -> None:
+        self.ep = ep
+        self.kind = kind
+        self.since = since
+        self.held = True
+        self.timers: Timers | None = None
+        self.timer: TimerEntry | None = None
+
+    def expire(self) -> None:
+        self.timer = None
+        self.ep.let_go(self)
+
+
+class EndpointTickets:
+    """One endpoint: its pools and prober, the attempts queued for its tickets (by pool and waiter), and the
+    tickets held by abandoned attempts."""
+
+    __slots__ = ("endpoint", "control", "wakes", "queue_time", "abandoned", "_seq")
 
     def __init__(self, endpoint: str, control: EndpointConcurrency) -> None:
         self.endpoint = endpoint
         self.control = control
         self.wakes: dict[tuple[Kind, int], Wake] = {}
         self.queue_time = {Kind.READ: Histogram(QUEUE_BUCKETS), Kind.WRITE: Histogram(QUEUE_BUCKETS)}
+        # abandoned tickets by when their attempts were sent (a heap; ones given back meanwhile stay until
+        # popped or swept)
+        self.abandoned: list[tuple[float, int, AbandonedTicket]] = []
+        self._seq = 0
 
     def pool(self, kind: Kind) -> TicketPool:
         return self.control.pools.pool(kind)
@@ -66,17 +94,51 @@ class EndpointTickets:
         """``waiter`` left the queue (gave up, or its attempt was cancelled): nobody is to be woken."""
         self.wakes.pop((kind, waiter), None)
 
-    def release(self, kind: Kind) -> None:
-        """A ticket of ``kind`` comes back; the waiter it passes to, if any, is woken."""
-        waiter = self.control.pools.pool(kind).release()
+    def release(self, kind: Kind, abandoned: bool = False) -> None:
+        """A ticket of ``kind`` comes back (``abandoned``: one held by an abandoned attempt); the waiter it
+        passes to, if any, is woken."""
+        waiter = self.control.pools.pool(kind).release(abandoned)
         if waiter:
             self.wake([(kind, waiter)])
+
+    def abandon(self, kind: Kind, since: float) -> AbandonedTicket:
+        """The attempt holding a ticket of ``kind``, sent at ``since``, was abandoned: the ticket stays held,
+        counted abandoned, until :meth:`let_go`."""
+        self.control.pools.pool(kind).abandon()
+        ticket = AbandonedTicket(self, kind, since)
+        heap = self.abandoned
+        if len(heap) > 64 and len(heap) > 4 * self.control.pools.abandoned:  # mostly given back: sweep
+            heap[:] = [e for e in heap if e[2].held]
+            heapq.heapify(heap)
+        self._seq += 1
+        heapq.heappush(heap, (since, self._seq, ticket))
+        return ticket
+
+    def let_go(self, ticket: AbandonedTicket) -> None:
+        """The upstream can be taken to have let ``ticket``'s request go: the ticket comes back (once)."""
+        if not ticket.held:
+            return
+        ticket.held = False
+        if ticket.timer is not None and ticket.timers is not None:
+            ticket.timers.cancel(ticket.timer)
+            ticket.timer = None
+        self.release(ticket.kind, abandoned=True)
+
+    def answered(self, since: float) -> None:
+        """An attempt sent at ``since`` ended with the endpoint's answer: the endpoint has moved past every
+        abandoned request sent before it (a queue serves in order; a stalled endpoint answers nothing), whose
+        tickets come back."""
+        heap = self.abandoned
+        while heap and heap[0][0] < since:
+            self.let_go(heapq.heappop(heap)[2])
 
     def wake(self, granted: list[tuple[Kind, int]]) -> None:
         for key in granted:
             wake = self.wakes.pop(key, None)
             if wake is None:  # pragma: no cover - every queued attempt registers before control returns
-                log.error("%s: a %s ticket was handed to waiter %d, which nobody waits for", self.endpoint, *key)
+                log.error(
+                    "%s: a %s ticket was handed to waiter %d, which nobody waits for", self.endpoint, *key
+                )
                 self.control.pools.pool(key[0]).release()
                 continue
             wake()

@@ -4,8 +4,20 @@
 One gate per request, one place for all three protocols: the request's :class:`~sidecar.runtime.Driver` starts
 each attempt through it. An attempt (the first, a retry or a hedge alike) takes one ticket of the request's
 kind (read or write: its adapter's request room decides) from its endpoint's pool before it is started, and
-holds it while it is outstanding: the ticket goes back exactly once, when the attempt reports its result or
-is cancelled (per-try timeout, hedge lost, client gone, the call's end), whichever comes first.
+holds it while it is outstanding: the ticket goes back exactly once, when the attempt reports its result.
+
+An attempt the sidecar abandons (per-try timeout, hedge lost, client gone, the call's end) is a request the
+upstream may still hold: closing its connection or stream does not make a server stop, and a stopped or
+drowning one notices nothing. Its ticket stays held, counted as abandoned (``sidecar_concurrency_in_use``'s
+``abandoned`` label), until the upstream can be taken to have let it go, whichever comes first:
+
+- the endpoint answers an attempt sent after it (it has moved past it: a queue serves in order);
+- the adapter says so (:meth:`TicketGate.let_go`: nothing of the attempt had reached the upstream), or its
+  answer arrives after all and is discarded (the runtime's driver says so);
+- as long again as the attempt had been outstanding has passed (a request the upstream has had for T seconds
+  without answering is taken to need up to T more), and never more than ``concurrency.abandoned_hold``.
+
+So the limit bounds what the upstream holds, not only what the sidecar waits for.
 
 When no ticket is free the attempt queues (``concurrency.max_queue``, first come first served) and is started
 the moment one is handed to it. An attempt cancelled while it waits leaves the queue (``TicketPool.cancel``).
@@ -36,7 +48,7 @@ from ..admission.refusal import Refusal
 from ..policy import Outcome, OutcomeClass, SendAttempt
 from ..runtime import AttemptContext, AttemptGate, AttemptResult, CallbackAttempter
 from ..timers import TimerEntry, Timers, timers_for
-from .concurrency import EndpointTickets, UpstreamConcurrency
+from .concurrency import AbandonedTicket, EndpointTickets, UpstreamConcurrency
 
 log: Final = logging.getLogger("sidecar.concurrency")
 INF: Final = math.inf
@@ -82,9 +94,10 @@ class _Waiting:
 
 
 class TicketGate(AttemptGate):
-    """The gate of one request: which of its attempts hold a ticket, and which wait for one."""
+    """The gate of one request: which of its attempts hold a ticket, which wait for one, and which were
+    abandoned with one."""
 
-    __slots__ = ("tickets", "kind", "loop", "timers", "held", "waits")
+    __slots__ = ("tickets", "kind", "loop", "timers", "held", "since", "waits", "abandoned")
 
     def __init__(self, tickets: UpstreamConcurrency, kind: Kind, loop: asyncio.AbstractEventLoop) -> None:
         self.tickets = tickets
@@ -92,7 +105,9 @@ class TicketGate(AttemptGate):
         self.loop = loop
         self.timers: Timers | None = None
         self.held: dict[int, EndpointTickets] = {}  # attempt -> the endpoint whose ticket it holds
+        self.since: dict[int, float] = {}  # attempt -> when it got that ticket
         self.waits: dict[int, _Waiting] = {}
+        self.abandoned: dict[int, AbandonedTicket] | None = None  # made at the first abandonment
 
     # -- the runtime's AttemptGate -------------------------------------------------------------------------
     def start(self, cmd: SendAttempt, ctx: AttemptContext, attempter: CallbackAttempter) -> None:
@@ -103,6 +118,7 @@ class TicketGate(AttemptGate):
         n = cmd.attempt
         if decision.admitted:
             self.held[n] = ep
+            self.since[n] = now
             attempter.start(cmd, ctx)
             return
         if decision.queued:
@@ -120,7 +136,10 @@ class TicketGate(AttemptGate):
     def ended(self, attempt: int) -> None:
         ep = self.held.pop(attempt, None)
         if ep is not None:
+            since = self.since.pop(attempt)
             ep.release(self.kind)
+            if ep.abandoned:
+                ep.answered(since)
 
     def cancel(self, attempt: int, attempter: CallbackAttempter) -> None:
         w = self.waits.pop(attempt, None)
@@ -128,10 +147,16 @@ class TicketGate(AttemptGate):
             self._unqueue(w)
             w.ep.pool(self.kind).cancel(w.waiter)
             return
-        try:
-            attempter.cancel(attempt)
-        finally:
-            self.ended(attempt)
+        ep = self.held.pop(attempt, None)
+        if ep is not None:
+            self._abandon(attempt, ep, self.since.pop(attempt))
+        attempter.cancel(attempt)
+
+    def let_go(self, attempt: int) -> None:
+        """The upstream can be taken to have let abandoned ``attempt`` go: its ticket comes back."""
+        ticket = self.abandoned.pop(attempt, None) if self.abandoned else None
+        if ticket is not None:
+            ticket.ep.let_go(ticket)
 
     def discard(self, payload: Any, attempter: CallbackAttempter) -> None:
         if not isinstance(payload, Refusal):  # a refusal holds nothing
@@ -147,6 +172,7 @@ class TicketGate(AttemptGate):
         self._stop_timer(w)
         self.held[n] = w.ep
         now = self.loop.time()
+        self.since[n] = now
         waited = max(0.0, now - w.since)
         w.ep.queue_time[self.kind].observe(waited)
         cmd, ctx = w.cmd, w.ctx
@@ -160,7 +186,9 @@ class TicketGate(AttemptGate):
             w.attempter.start(cmd, ctx)
         except Exception as e:  # an adapter bug: a fatal outcome for this attempt, never another request's
             log.error("attempt %d to %s failed unexpectedly", n, w.cmd.endpoint, exc_info=e)
-            w.ctx.done(AttemptResult(Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}")))
+            w.ctx.done(
+                AttemptResult(Outcome(OutcomeClass.FATAL, detail=f"internal error: {type(e).__name__}"))
+            )
 
     def timed_out(self, w: _Waiting) -> None:
         """``max_wait`` ran out before a ticket came: refused."""
@@ -170,11 +198,30 @@ class TicketGate(AttemptGate):
         reason = w.ep.pool(self.kind).give_up(w.waiter)
         if reason is None:  # pragma: no cover - a granted waiter's timer is cancelled first
             self.held[w.cmd.attempt] = w.ep
+            self.since[w.cmd.attempt] = self.loop.time()
             w.attempter.start(w.cmd, w.ctx)
             return
         self._refuse(w.ctx, w.ep, reason)
 
     # -- helpers -------------------------------------------------------------------------------------------
+    def _abandon(self, attempt: int, ep: EndpointTickets, since: float) -> None:
+        """``attempt``, holding a ticket of ``ep`` since ``since``, is abandoned: the ticket stays held until
+        the upstream can be taken to have let it go, as long again as it was outstanding at the latest, and
+        never longer than ``abandoned_hold``."""
+        now = self.loop.time()
+        hold = min(self.tickets.config.abandoned_hold, now - since)
+        if hold <= 0:
+            ep.release(self.kind)
+            return
+        ticket = ep.abandon(self.kind, since)
+        if self.abandoned is None:
+            self.abandoned = {}
+        self.abandoned[attempt] = ticket
+        if self.timers is None:
+            self.timers = timers_for(self.loop)
+        ticket.timers = self.timers
+        ticket.timer = self.timers.call_at(now + hold, ticket.expire)
+
     def _refuse(self, ctx: AttemptContext, ep: EndpointTickets, reason: Rejection) -> None:
         pool = ep.pool(self.kind)
         refusal = Refusal(
@@ -218,6 +265,3 @@ def gate(
     if tickets is None:
         return None
     return ExemptGate(tickets, kind, loop) if exempt else TicketGate(tickets, kind, loop)
-
-
-

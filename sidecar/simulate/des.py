@@ -21,7 +21,9 @@ An upstream ``concurrency`` block (``sidecar.upstream.concurrency``, issue 12's 
 sidecar instance the real per-endpoint ticket pools (``sidecar.admission.EndpointConcurrency``, its prober
 run every ``interval`` of virtual time): every attempt takes a read ticket (the model's requests are GETs)
 before it is submitted, queues for one, or is refused and reported to the engine as overloaded, as
-``sidecar/gates/ticket_gate.py`` does on the loop; its ticket comes back when it is answered or abandoned.
+``sidecar/gates/ticket_gate.py`` does on the loop; its ticket comes back when it is answered, or, abandoned,
+when its endpoint answers an attempt sent after it, or after as long again as it had been outstanding, at
+most ``abandoned_hold`` (the model server does the work all the same). The ``sidecar+tickets`` strategy is the sidecar with ``sidecar.tickets`` as that block.
 
 An upstream ``retry_budget`` (``sidecar.upstream.retry_budget``) is one ``RetryBudget`` per instance with
 ``scope: local``, and one shared by every instance with ``scope: fleet``: the fleet budget as the Redis
@@ -62,7 +64,7 @@ from .model import OK, ModelServer
 from .policy import SidecarPolicy, budget_scope, compile_policy
 from .record import Record
 from .retry import Waits, mean_gap
-from .scenario import Scenario
+from .scenario import SIDECAR_STRATEGIES, Scenario
 
 INF = math.inf
 SYN_RETRY = 1.0  # Linux's first SYN retransmission timeout
@@ -268,13 +270,14 @@ class DirectClients:
 
 
 class _Request:
-    __slots__ = ("call", "jobs", "wake", "done", "sent", "held", "waits")
+    __slots__ = ("call", "jobs", "wake", "done", "sent", "held", "since", "waits")
 
     def __init__(self, call: Call, done: Callable[[Finish], None]) -> None:
         self.call = call
         self.sent = 0
         self.jobs: dict[int, Job] = {}
         self.held: dict[int, str] = {}  # attempt -> the endpoint whose ticket it holds
+        self.since: dict[int, float] = {}  # attempt -> when it got that ticket
         self.waits: dict[int, tuple[str, int]] = {}  # attempt -> (endpoint, waiter) queued for a ticket
         self.wake = 0  # generation of the latest Wake: older wake events are ignored
         self.done = done
@@ -314,7 +317,12 @@ class Sidecar:
         self.tickets: dict[str, EndpointConcurrency] | None = None
         self.ticket_refusals = 0  # attempts refused a ticket (queue full, max_wait)
         self.waiting: dict[tuple[str, int], tuple[_Request, SendAttempt]] = {}
+        self.abandoned_hold = 0.0
+        # tickets of abandoned attempts, by endpoint, by when they were sent: [still held]
+        self.abandoned: dict[str, list[tuple[float, int, list[bool]]]] = {e: [] for e in self.endpoints}
+        self._seq = 0
         if cc is not None:
+            self.abandoned_hold = cc.abandoned_hold
             probing = cc.mode == "probing"
             self.tickets = {
                 e: EndpointConcurrency(probe_spec(cc), loop.now, probing, cc.max_queue, cc.max_wait)
@@ -369,7 +377,7 @@ class Sidecar:
                 if job is not None:
                     job.answer = None  # abandoned: the server still works on it
                 if self.tickets is not None:
-                    self._unticket(r, n)
+                    self._unticket(r, n, abandoned=True)
             elif t is Finish:
                 r.done(cmd)  # type: ignore[arg-type]
 
@@ -383,6 +391,7 @@ class Sidecar:
         d = tickets[cmd.endpoint].pools.pool(Kind.READ).acquire(now, deadline)
         if d.admitted:
             r.held[cmd.attempt] = cmd.endpoint
+            r.since[cmd.attempt] = now
             self._submit(r, cmd)
         elif d.queued:
             r.waits[cmd.attempt] = (cmd.endpoint, d.waiter)
@@ -408,9 +417,11 @@ class Sidecar:
         if reason is not None:
             self._refuse(r, cmd, reason)
 
-    def _unticket(self, r: _Request, n: int) -> None:
-        """Attempt ``n`` is over (answered, or abandoned by the engine): its ticket goes back, or it leaves
-        the queue."""
+    def _unticket(self, r: _Request, n: int, abandoned: bool = False) -> None:
+        """Attempt ``n`` is over: answered, and its ticket goes back (and so do the abandoned ones sent to
+        its endpoint before it); or ``abandoned`` by the engine, and its ticket stays held (counted
+        abandoned) until then, or as long again as it was outstanding, at most ``abandoned_hold``, as the
+        ticket gate does (the model server does the work all the same). A queued attempt leaves the queue."""
         assert self.tickets is not None
         queued = r.waits.pop(n, None)
         if queued is not None:
@@ -418,16 +429,40 @@ class Sidecar:
             del self.waiting[queued]
             self.tickets[endpoint].pools.pool(Kind.READ).cancel(waiter)
             return
-        endpoint_held = r.held.pop(n, None)
-        if endpoint_held is not None:
-            waiter = self.tickets[endpoint_held].pools.pool(Kind.READ).release()
-            if waiter:
-                self._granted(endpoint_held, waiter)
+        endpoint = r.held.pop(n, None)
+        if endpoint is None:
+            return
+        since = r.since.pop(n)
+        hold = min(self.abandoned_hold, self.loop.now - since)
+        if abandoned and hold > 0:
+            self.tickets[endpoint].pools.pool(Kind.READ).abandon()
+            ticket = [True]  # still held
+            self._seq += 1
+            heapq.heappush(self.abandoned[endpoint], (since, self._seq, ticket))
+            self.loop.at(self.loop.now + hold, self._let_go, endpoint, ticket)
+            return
+        self._release(endpoint)
+        if not abandoned:
+            heap = self.abandoned[endpoint]
+            while heap and heap[0][0] < since:  # the endpoint moved past them
+                self._let_go(endpoint, heapq.heappop(heap)[2])
+
+    def _let_go(self, endpoint: str, ticket: list[bool]) -> None:
+        if ticket[0]:
+            ticket[0] = False
+            self._release(endpoint, abandoned=True)
+
+    def _release(self, endpoint: str, abandoned: bool = False) -> None:
+        assert self.tickets is not None
+        waiter = self.tickets[endpoint].pools.pool(Kind.READ).release(abandoned)
+        if waiter:
+            self._granted(endpoint, waiter)
 
     def _granted(self, endpoint: str, waiter: int) -> None:
         r, cmd = self.waiting.pop((endpoint, waiter))
         del r.waits[cmd.attempt]
         r.held[cmd.attempt] = endpoint
+        r.since[cmd.attempt] = self.loop.now
         self._submit(r, cmd)
 
     def _probe(self, interval: float) -> None:
@@ -466,14 +501,21 @@ class SidecarClients:
     """``sidecar``: each client sends once, through its sidecar, with its timeout as the deadline."""
 
     def __init__(
-        self, loop: Loop, s: Scenario, servers: Servers, rec: Record, limiter: LimiterFactory | None = None
+        self,
+        loop: Loop,
+        s: Scenario,
+        servers: Servers,
+        rec: Record,
+        limiter: LimiterFactory | None = None,
+        tickets: bool = False,
     ) -> None:
+        """``tickets``: the ``sidecar+tickets`` strategy (the upstream with ``sidecar.tickets``)."""
         self.loop = loop
         self.spec = s.clients
         self.rec = rec
         self.rand = random.Random(f"{s.seed}-clients")
         self.gap = mean_gap(s.clients)
-        policy = compile_policy(s, [f"replica-{i}:{i}" for i in range(s.server.replicas)])
+        policy = compile_policy(s, [f"replica-{i}:{i}" for i in range(s.server.replicas)], tickets)
         sidecar_rand = random.Random(f"{s.seed}-sidecar")
         rb = policy.upstream.retry_budget
         fleet = None
@@ -526,7 +568,7 @@ class SidecarClients:
 
 
 def run(s: Scenario, strategy: str, limiter: LimiterFactory | None = None) -> Record:
-    """Run one strategy through the scenario; the per-second record. ``limiter``: ``sidecar`` only."""
+    """Run one strategy through the scenario; the per-second record. ``limiter``: sidecar strategies only."""
     return simulate(s, strategy, limiter)[0]
 
 
@@ -538,8 +580,8 @@ def simulate(
     rec = Record(s.duration)
     servers = Servers(loop, s, rec)
     clients: DirectClients | SidecarClients
-    if strategy == "sidecar":
-        clients = SidecarClients(loop, s, servers, rec, limiter)
+    if strategy in SIDECAR_STRATEGIES:
+        clients = SidecarClients(loop, s, servers, rec, limiter, tickets=strategy == "sidecar+tickets")
     else:
         if limiter is not None:
             raise ValueError(f"a request limiter sits in a sidecar: not with the {strategy!r} strategy")

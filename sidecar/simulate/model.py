@@ -11,6 +11,11 @@ a random ``0..jitter`` of its own and, for ``slow_fraction`` of requests, a size
 needs that many times the delay). Work is never abandoned: a request whose client went away keeps its
 place until its answer is due, as in the seed (its handler never looks at the connection).
 
+With ``workers`` set the server has a real knee instead (``bench/goodput.py``'s upstream): that many
+workers, each busy ``min_delay`` per request (times its size, plus its own jitter); the rest wait their turn,
+first come first served, and a worker that frees up takes the next one at once. Below the knee nothing
+waits; past it, throughput stays at ``workers / min_delay`` and the queue, and every latency, grows.
+
 ``admit(now, job)`` takes a request; ``due(now)`` returns the ``(job, status)`` pairs whose answers are
 due. Time and randomness come in: the des engine passes virtual time, the live server its loop's clock.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections import deque
 from collections.abc import Hashable
 
 from .scenario import OutageSpec, ServerSpec
@@ -40,7 +46,7 @@ def delay(spec: ServerSpec, inflight: int, capacity: float = 1.0) -> float:
 
 
 class ModelServer:
-    __slots__ = ("spec", "outage", "rand", "inflight", "_heaps", "_seq")
+    __slots__ = ("spec", "outage", "rand", "inflight", "_heaps", "_seq", "_busy", "_waiting")
 
     def __init__(self, spec: ServerSpec, outage: OutageSpec | None, rand: random.Random) -> None:
         self.spec = spec
@@ -51,6 +57,9 @@ class ModelServer:
         # which answers fall due whatever the delay is.
         self._heaps: dict[float, list[tuple[float, int, Hashable, int]]] = {}
         self._seq = 0
+        # ``workers``: the requests being worked on, by when they are done, and those waiting for a worker
+        self._busy: list[tuple[float, int, Hashable, int]] = []
+        self._waiting: deque[tuple[float, float, Hashable, int]] = deque()  # (arrival, service, job, status)
 
     def _fault(self, now: float) -> str | None:
         o = self.outage
@@ -72,18 +81,31 @@ class ModelServer:
         status = UNAVAILABLE if spec.error_rate and r() < spec.error_rate else OK
         size = spec.slow_factor if spec.slow_fraction and r() < spec.slow_fraction else 1.0
         extra = r() * spec.jitter
+        self.inflight += 1
+        if spec.workers is not None:
+            service = size * spec.min_delay / self.capacity(now) + extra
+            if len(self._busy) < spec.workers:
+                self._work(now, service, job, status)
+            else:
+                self._waiting.append((now, service, job, status))
+            return None
         heap = self._heaps.get(size)
         if heap is None:
             heap = self._heaps[size] = []
         self._seq += 1
         heapq.heappush(heap, (now + extra, self._seq, job, status))
-        self.inflight += 1
         return None
+
+    def _work(self, start: float, service: float, job: Hashable, status: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._busy, (start + service, self._seq, job, status))
 
     def due(self, now: float) -> list[tuple[Hashable, int]]:
         """Answers due at ``now`` (call every ``tick``)."""
         if not self.inflight:
             return []
+        if self.spec.workers is not None:
+            return self._due_workers(now)
         d = delay(self.spec, self.inflight, self.capacity(now))
         out: list[tuple[Hashable, int]] = []
         for size, heap in self._heaps.items():
@@ -91,5 +113,19 @@ class ModelServer:
             while heap and heap[0][0] <= threshold:
                 _, _, job, status = heapq.heappop(heap)
                 out.append((job, status))
+        self.inflight -= len(out)
+        return out
+
+    def _due_workers(self, now: float) -> list[tuple[Hashable, int]]:
+        """Work done by ``now``; each worker that finished takes the next waiting request from the moment it
+        finished (or the request arrived, if later)."""
+        busy, waiting = self._busy, self._waiting
+        out: list[tuple[Hashable, int]] = []
+        while busy and busy[0][0] <= now:
+            done, _, job, status = heapq.heappop(busy)
+            out.append((job, status))
+            if waiting:
+                arrival, service, next_job, next_status = waiting.popleft()
+                self._work(max(done, arrival), service, next_job, next_status)
         self.inflight -= len(out)
         return out

@@ -28,7 +28,7 @@ def save(report: Report, path: str | Path, title: str | None = None) -> Path:
     sc = report.scenario
     n = len(report.results)
     fig, axes = plt.subplots(n, 1, figsize=(9, 2.6 * n + 0.6), sharex=True, squeeze=False)
-    limit = sc.server.concurrency_limit * sc.server.replicas
+    limit = sc.server.limit * sc.server.replicas
     for ax, res in zip(axes[:, 0], report.results, strict=True):
         secs = res.record.seconds
         t = [i + 0.5 for i in range(len(secs))]

@@ -27,10 +27,16 @@ def budget_scope(s: Scenario) -> str | None:
     return str(rb.get("scope", "local")) if isinstance(rb, dict) else None
 
 
-def config_dict(s: Scenario, endpoints: list[str], listen: str = "127.0.0.1:0") -> dict[str, Any]:
-    """One sidecar's config. A ``scope: fleet`` retry budget is checked as ``local`` (a sidecar alone is its
-    own fleet; the des engine shares one budget among its instances instead of going through Redis)."""
+def config_dict(
+    s: Scenario, endpoints: list[str], listen: str = "127.0.0.1:0", tickets: bool = False
+) -> dict[str, Any]:
+    """One sidecar's config (``tickets``: the ``sidecar+tickets`` strategy's, its upstream with the
+    ``sidecar.tickets`` concurrency block). A ``scope: fleet`` retry budget is checked as ``local`` (a sidecar
+    alone is its own fleet; the des engine shares one budget among its instances instead of going through
+    Redis)."""
     upstream = {**s.sidecar.upstream, "endpoints": list(endpoints)}
+    if tickets:
+        upstream["concurrency"] = dict(s.sidecar.tickets)
     if budget_scope(s) == "fleet":
         upstream["retry_budget"] = {**upstream["retry_budget"], "scope": "local"}
     return {
@@ -54,11 +60,16 @@ class SidecarPolicy:
         return self.classifier.response(status, [], 0.0)
 
 
-def compile_policy(s: Scenario, endpoints: list[str]) -> SidecarPolicy:
+def compile_policy(s: Scenario, endpoints: list[str], tickets: bool = False) -> SidecarPolicy:
     try:
-        cfg = load_dict(config_dict(s, endpoints), {})
+        cfg = load_dict(config_dict(s, endpoints, tickets=tickets), {})
     except ConfigError as e:
-        raise ScenarioError([(f"sidecar.{p}" if p else "sidecar", m) for p, m in e.errors]) from None
+        errors = []
+        for p, m in e.errors:
+            if tickets and p.startswith(f"upstreams.{UPSTREAM}.concurrency"):  # the key the user wrote
+                p = "tickets" + p.removeprefix(f"upstreams.{UPSTREAM}.concurrency")
+            errors.append((f"sidecar.{p}" if p else "sidecar", m))
+        raise ScenarioError(errors) from None
     pc = cfg.policies[POLICY]
     return SidecarPolicy(
         retry_policy(POLICY, pc), pc, cfg.upstreams[UPSTREAM], HttpClassifier.from_policy(pc)

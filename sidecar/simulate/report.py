@@ -83,7 +83,7 @@ def _ms(v: float | None) -> str:
 
 def summary_line(res: Result, scenario: Scenario) -> str:
     s = res.summary
-    limit = scenario.server.concurrency_limit * scenario.server.replicas
+    limit = scenario.server.limit * scenario.server.replicas
     parts = [f"{res.strategy}:"]
     o = scenario.outage
     if o is not None:

@@ -19,7 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..config.presets import deep_merge
 from ..config.units import Duration, OptionalDuration
 
-STRATEGIES = ("fixed", "backoff", "sidecar")
+STRATEGIES = ("fixed", "backoff", "sidecar", "sidecar+tickets")
+#: The strategies whose clients go through the sidecar (``sidecar+tickets``: with ``sidecar.tickets``).
+SIDECAR_STRATEGIES = ("sidecar", "sidecar+tickets")
+#: ``sidecar.tickets`` unless the scenario says otherwise: execution control probing around the seed server's
+#: limit of 30, refusing what cannot have a ticket at once (``bench/recovery.py``'s block).
+TICKETS = {"mode": "probing", "initial": 30, "min": 4, "max": 60, "max_queue": 0, "max_wait": "0s"}
 
 
 class ScenarioError(Exception):
@@ -43,7 +48,9 @@ class ServerSpec(_Base):
     ``size * delay(in-flight)`` plus its own random ``0..jitter``, where
     ``delay(c) = min_delay`` for ``c <= concurrency_limit`` and ``min_delay * factor ** ((c - limit) / k)``
     above; the server checks which answers are due every ``tick``. Work is never cancelled: a request
-    whose client gave up keeps its place until its answer is due (the seed's server does the same)."""
+    whose client gave up keeps its place until its answer is due (the seed's server does the same).
+    ``workers``: a server with a real knee instead, that many workers each busy ``min_delay`` per request
+    and a queue in front of them (``concurrency_limit``, ``factor`` and ``k`` then play no part)."""
 
     min_delay: Duration = 0.1
     concurrency_limit: int = Field(30, ge=1)
@@ -56,6 +63,12 @@ class ServerSpec(_Base):
     slow_factor: float = Field(50.0, ge=1.0)
     replicas: int = Field(1, ge=1, le=64)
     backlog: int = Field(128, ge=1)  # connections a stopped server's kernel still queues (listen backlog)
+    workers: int | None = Field(None, ge=1)  # a knee instead of the seed's law: see model.py
+
+    @property
+    def limit(self) -> int:
+        """Requests one replica serves at once before it slows down: ``workers``, or ``concurrency_limit``."""
+        return self.workers if self.workers is not None else self.concurrency_limit
 
     @model_validator(mode="after")
     def _tick(self) -> ServerSpec:
@@ -114,10 +127,13 @@ class OutageSpec(_Base):
 class SidecarSpec(_Base):
     """The policy the sidecar applies (policy keys as in the sidecar's config, ``extends`` allowed) and the
     upstream's keys. ``instances``: how many sidecars share the clients, each with its own retry budget
-    (clients are dealt to them in turn; the live engine runs one)."""
+    (clients are dealt to them in turn; the live engine runs one). ``tickets``: the upstream's
+    ``concurrency`` block of the ``sidecar+tickets`` strategy (the ``sidecar`` strategy runs without it,
+    unless ``upstream`` has one of its own)."""
 
     policy: dict[str, Any] = {"extends": "http-default"}
     upstream: dict[str, Any] = {}
+    tickets: dict[str, Any] = TICKETS
     instances: int = Field(1, ge=1)
 
 
@@ -131,7 +147,11 @@ class Scenario(_Base):
     clients: ClientsSpec = ClientsSpec()
     outage: OutageSpec | None = None
     sidecar: SidecarSpec = SidecarSpec()
-    strategies: list[Literal["fixed", "backoff", "sidecar"]] = list(STRATEGIES)
+    strategies: list[Literal["fixed", "backoff", "sidecar", "sidecar+tickets"]] = [
+        "fixed",
+        "backoff",
+        "sidecar",
+    ]
 
     @model_validator(mode="after")
     def _times(self) -> Scenario:

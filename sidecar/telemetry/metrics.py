@@ -481,8 +481,9 @@ class Metrics:
         )
         in_use = GaugeMetricFamily(
             "sidecar_concurrency_in_use",
-            "Tickets of an endpoint's pool held by attempts in flight",
-            labels=labels,
+            "Tickets of an endpoint's pool held: by attempts in flight (abandoned=false), or by attempts given "
+            "up on whose request the upstream may still hold (abandoned=true)",
+            labels=[*labels, "abandoned"],
         )
         queued = GaugeMetricFamily(
             "sidecar_concurrency_queued", "Attempts waiting for a ticket of an endpoint's pool", labels=labels
@@ -498,7 +499,8 @@ class Metrics:
                 for pool in (ep.control.pools.read, ep.control.pools.write):
                     values = [upstream, endpoint, pool.kind.value]
                     limit.add_metric(values, float(pool.limit))
-                    in_use.add_metric(values, float(pool.in_use))
+                    in_use.add_metric([*values, "false"], float(pool.in_use - pool.abandoned))
+                    in_use.add_metric([*values, "true"], float(pool.abandoned))
                     queued.add_metric(values, float(pool.queued))
         yield limit
         yield in_use

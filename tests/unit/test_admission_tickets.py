@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.admission import Count, Decision, Kind, Rejection, TicketPool, TicketPools, Verdict
+from sidecar.admission import Count, Decision, Interval, Kind, Rejection, TicketPool, TicketPools, Verdict
 
 FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -128,23 +128,52 @@ def test_a_pool_without_tickets_is_refused(limit: int):
         TicketPool(Kind.READ, limit=limit)
 
 
-def test_the_interval_reports_returns_and_exhaustion():
-    p = TicketPool(Kind.READ, limit=3, max_queue=10, max_wait=1.0)
+def test_the_interval_reports_returns_exhaustion_and_what_was_let_in_or_turned_away():
+    p = TicketPool(Kind.READ, limit=3, max_queue=1, max_wait=1.0)
     p.acquire(0.0)
     p.acquire(0.0)
     p.release()
-    assert p.take_interval() == (1, False)  # peak 2 of 3
+    assert p.take_interval() == Interval(1, False, peak=2, admitted=2)  # peak 2 of 3
     for _ in range(2):
         p.acquire(0.0)
-    assert p.take_interval() == (0, True)  # peak 3 of 3
+    assert p.take_interval() == Interval(0, True, peak=3, admitted=2)  # peak 3 of 3
     p.release()
-    assert p.take_interval() == (1, True)  # still full when the interval began
-    assert p.take_interval() == (0, False)  # peak 2 of 3
+    assert p.take_interval() == Interval(1, True, peak=3)  # still full when the interval began
+    assert p.take_interval() == Interval(0, False, peak=2)
     p.acquire(0.0)
     w = p.acquire(0.0)  # queued
-    assert w.queued
+    assert w.queued and p.acquire(0.0).rejected  # the queue holds one: refused
+    assert p.take_interval() == Interval(0, True, peak=3, admitted=1, refused=1, queued=1)
     p.set_limit(5)  # the waiter is granted at once, but someone had to queue
-    assert p.take_interval() == (0, True)
+    assert p.take_interval() == Interval(0, True, peak=4, admitted=1)
+    assert p.try_acquire() and not p.try_acquire()
+    assert p.take_interval() == Interval(0, True, peak=5, admitted=1, refused=1)
+
+
+def test_a_waiter_whose_wait_runs_out_counts_as_refused():
+    p = TicketPool(Kind.READ, limit=1, max_queue=1, max_wait=1.0)
+    p.acquire(0.0)
+    w = p.acquire(0.0)
+    p.take_interval()
+    assert p.give_up(w.waiter) is Rejection.MAX_WAIT
+    assert p.take_interval() == Interval(0, True, peak=1, refused=1)
+
+
+def test_an_abandoned_ticket_counts_until_it_is_released_as_such():
+    p = TicketPool(Kind.READ, limit=2, max_queue=1, max_wait=1.0)
+    p.acquire(0.0)
+    p.acquire(0.0)
+    w = p.acquire(0.0)
+    p.abandon()  # its attempt was given up on: the upstream may still hold the request
+    assert (p.in_use, p.abandoned, p.available) == (2, 1, 0)
+    assert p.release(abandoned=True) == w.waiter  # the upstream let it go: the ticket goes on to the waiter
+    assert (p.in_use, p.abandoned) == (2, 0)
+    with pytest.raises(ValueError, match="not abandoned"):
+        p.release(abandoned=True)
+    p.release()
+    p.release()
+    with pytest.raises(ValueError, match="not held"):
+        p.abandon()
 
 
 def test_both_pools_of_an_endpoint():
@@ -157,7 +186,9 @@ def test_both_pools_of_an_endpoint():
     assert (pools.limit, pools.in_use) == (3, 3)
     assert pools.set_limits(read=2, write=2) == [(Kind.WRITE, w.waiter)]
     pools.read.release()
-    assert pools.take_interval() == (1, True)
+    pools.write.abandon()
+    assert (pools.in_use, pools.abandoned) == (3, 1)
+    assert pools.take_interval() == Interval(1, True, peak=4, admitted=4)
 
 
 # -- invariants --------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from sidecar.admission import RateLimiter
 from sidecar.config.presets import deep_merge
 from sidecar.simulate import des
 from sidecar.simulate.record import Record
-from sidecar.simulate.scenario import from_dict, load
+from sidecar.simulate.scenario import ScenarioError, from_dict, load
 from sidecar.simulate.summary import amplification, summarize
 
 SMALL: dict[str, Any] = {
@@ -175,7 +175,9 @@ def test_queueing_in_the_limiter_absorbs_bursts_below_the_rate() -> None:
     """45 requests/s, Poisson, against 50/s with a capacity of one token: refusing whatever finds the bucket
     empty refuses many; letting them wait up to 200 ms for a borrowed token refuses few, and the upstream
     still never sees more than the rate allows."""
-    s = small(outage=None, server={"error_rate": 0.0}, clients={"rate": 45}, sidecar={"policy": {"throttle": None}})
+    s = small(
+        outage=None, server={"error_rate": 0.0}, clients={"rate": 45}, sidecar={"policy": {"throttle": None}}
+    )
     _, refusing = des.simulate(s, "sidecar", limited(50, 0.02))
     rec, queueing = des.simulate(s, "sidecar", limited(50, 0.02, max_queue=20, max_wait=0.2))
     refused = refusing.sidecars[0].rejected  # type: ignore[union-attr]
@@ -222,8 +224,15 @@ def test_probing_grows_from_too_few_tickets_and_queued_attempts_get_theirs() -> 
     """50 requests/s at 100 ms need about 5 read tickets; probing starts with 2 (initial 4, half for reads):
     the pools are exhausted, so the prober probes up and keeps what raised the throughput; queued attempts
     are granted as tickets come back or the limit grows, and none waits past max_wait unserved for long."""
-    cc = {"mode": "probing", "initial": 4, "min": 2, "max": 64, "interval": "100ms", "max_queue": 500,
-          "max_wait": "1s"}
+    cc = {
+        "mode": "probing",
+        "initial": 4,
+        "min": 2,
+        "max": 64,
+        "interval": "100ms",
+        "max_queue": 500,
+        "max_wait": "1s",
+    }
     s = small(outage=None, server={"error_rate": 0.0}, sidecar={"upstream": {"concurrency": cc}})
     rec, clients = des.simulate(s, "sidecar")
     t = totals(rec)
@@ -234,3 +243,43 @@ def test_probing_grows_from_too_few_tickets_and_queued_attempts_get_theirs() -> 
     assert endpoint.prober.stable_concurrency > 4
     granted_from_queue = stats.removed_from_queue - stats.interrupted_in_queue - stats.rejected
     assert granted_from_queue > 0.5 * stats.added_to_queue > 0
+
+
+# -- issue 26: probing that costs nothing at capacity; abandoned tickets bound what a stopped server holds --
+
+
+def success(rec: Record) -> float:
+    t = totals(rec)
+    return t["ok"] / (t["ok"] + t["failed"])
+
+
+def test_at_capacity_probing_answers_what_the_sidecar_without_tickets_answers() -> None:
+    """The shipped at-capacity scenario: Poisson load at the upstream's capacity, tickets starting at its knee.
+    The seed's prober keeps the limit near the knee and refuses the bursts above it (about 0.9 of what the
+    sidecar without tickets answers); probing that grows through bursts answers the same share."""
+    s = load("at-capacity", {"duration": "20s"})
+    off = success(des.run(s, "sidecar"))
+    rec, clients = des.simulate(s, "sidecar+tickets")
+    assert success(rec) >= 0.97 * off
+    endpoint = next(iter(clients.sidecars[0].tickets.values()))  # type: ignore[union-attr]
+    assert endpoint.pools.read.limit > 4  # grown past the knee (4 workers) through the bursts
+
+
+def test_a_stopped_server_holds_about_the_limit_when_abandoned_tickets_are_held() -> None:
+    """The shipped crash-tickets scenario: with the tickets of abandoned attempts held until the server can be
+    taken to have let them go, the stopped server holds less than 3x its limit when it resumes; with them
+    given back at the abandonment (abandoned_hold 0), each deadline lets another request into its backlog."""
+    s = load("crash-tickets")
+    limit = s.server.concurrency_limit
+    held = summarize("sidecar+tickets", des.run(s, "sidecar+tickets"), s)
+    assert held.recovered and held.peak_inflight < 3 * limit
+    plain = summarize("sidecar", des.run(s, "sidecar"), s)
+    assert plain.recovered and plain.peak_inflight > 5 * limit
+    unheld = deep_merge(s.model_dump(mode="json"), {"sidecar": {"tickets": {"abandoned_hold": "0s"}}})
+    loose = from_dict(unheld)
+    assert summarize("sidecar+tickets", des.run(loose, "sidecar+tickets"), loose).peak_inflight > 3 * limit
+
+
+def test_the_tickets_strategy_names_its_own_keys_in_errors() -> None:
+    with pytest.raises(ScenarioError, match=r"sidecar\.tickets\.initial"):
+        des.run(small(sidecar={"tickets": {"initial": 1}}), "sidecar+tickets")

@@ -115,3 +115,20 @@ def test_backoff_jitter_is_normal_and_proportional() -> None:
     sd = (sum((x - mean) ** 2 for x in firsts) / len(firsts)) ** 0.5
     assert mean == pytest.approx(0.2718, rel=0.02)
     assert sd == pytest.approx(0.02718, rel=0.1)
+
+
+def test_a_server_with_workers_has_a_knee_and_serves_in_turn() -> None:
+    """4 workers x 40 ms: below the knee nothing waits; past it, each worker that frees up takes the next
+    request at once, first come first served, and the queue counts as in flight."""
+    spec = ServerSpec.model_validate({"workers": 4, "min_delay": "40ms", "jitter": 0})
+    server = ModelServer(spec, None, random.Random(1))
+    for i in range(10):
+        server.admit(0.0, i)
+    assert server.inflight == 10 and spec.limit == 4
+    assert server.due(0.039) == []
+    assert server.due(0.04) == [(i, OK) for i in range(4)]
+    assert server.due(0.1) == [(i, OK) for i in range(4, 8)]  # started at 40 ms, done at 80 ms
+    assert server.inflight == 2
+    server.admit(0.2, 10)  # idle workers: no wait
+    assert sorted(server.due(0.25)) == [(8, OK), (9, OK), (10, OK)]  # 8, 9 done at 120 ms; 10 at 240 ms
+    assert server.inflight == 0

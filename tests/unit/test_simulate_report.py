@@ -14,7 +14,7 @@ from sidecar.simulate.report import Report, render, result
 from sidecar.simulate.scenario import ScenarioError, from_dict
 from sidecar.simulate.summary import amplification, summarize
 
-SHIPPED = ["brownout", "flaky", "full-outage", "long-tail", "seed-crash"]
+SHIPPED = ["at-capacity", "brownout", "crash-tickets", "flaky", "full-outage", "long-tail", "seed-crash"]
 
 
 def test_the_shipped_scenarios_load() -> None:

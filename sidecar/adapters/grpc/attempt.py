@@ -87,6 +87,8 @@ class Attempter:
             first_status = _watch_status(call)
             result = await self._receive(call, cmd, ctx, timeout is not None, first_status)
         except asyncio.CancelledError:
+            if one is not None and not one.call.done():
+                ctx.let_go()  # cancelled before the call started: the upstream holds nothing of it
             call.cancel()
             task = asyncio.current_task()
             if one is not None and one.second_message and task is not None and not task.cancelling():

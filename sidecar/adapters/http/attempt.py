@@ -175,8 +175,12 @@ class Attempter(CallbackAttempter):
             self._task_over(n)
             ctx.done(AttemptResult(connect_failed(e.detail, e.configuration)))
             return
-        if not self._task_over(n):  # cancelled just as the connection came
+        except asyncio.CancelledError:
+            ctx.let_go()  # cancelled before anything was sent: the upstream holds nothing of it
+            raise
+        if not self._task_over(n):  # cancelled just as the connection came, before anything was sent
             conn.release()
+            ctx.let_go()
             return
         self._send(conn, cmd, ctx, pool, reused and not fresh, expires)
 

@@ -81,6 +81,9 @@ class Attempt:
         pool = self.pools.get(sa.endpoint)
         try:
             conn = await pool.acquire()
+        except asyncio.CancelledError:
+            ctx.let_go()  # cancelled before the command was sent: the upstream holds nothing of it
+            raise
         except ConnectFailure as e:
             f = Failure(e.stage, e.message)
             if e.stage == "connect":  # unreachable: route around it until its monitor sees it again

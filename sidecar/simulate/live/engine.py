@@ -18,7 +18,7 @@ from typing import Any
 
 from ..policy import LISTENER, compile_policy, config_dict
 from ..record import Record
-from ..scenario import Scenario, to_dict
+from ..scenario import SIDECAR_STRATEGIES, Scenario, to_dict
 from .wire import clock
 
 START_DELAY = 0.5  # between telling the processes the start time and that time
@@ -105,12 +105,13 @@ async def run_async(sc: Scenario, strategy: str) -> Record:
         ports = [(await s.expect("ready", READY_TIMEOUT))["port"] for s in servers]
         endpoints = [f"127.0.0.1:{p}" for p in ports]
         sidecar = None
-        if strategy == "sidecar":
-            policy = compile_policy(sc, endpoints)  # the scenario's errors, before a process sees them
+        if strategy in SIDECAR_STRATEGIES:
+            tickets = strategy == "sidecar+tickets"
+            # the scenario's errors, before a process sees them
+            policy = compile_policy(sc, endpoints, tickets)
+            config = config_dict(sc, endpoints, tickets=tickets)
             sidecar = await Part.start(
-                "sidecar",
-                "sidecar_proc",
-                {"config": config_dict(sc, endpoints), "listener": LISTENER, "duration": sc.duration},
+                "sidecar", "sidecar_proc", {"config": config, "listener": LISTENER, "duration": sc.duration}
             )
             parts.append(sidecar)
             address = await sidecar.expect("ready", READY_TIMEOUT)
@@ -125,7 +126,7 @@ async def run_async(sc: Scenario, strategy: str) -> Record:
             "clients",
             {
                 "scenario": scenario,
-                "strategy": strategy,
+                "strategy": "sidecar" if strategy in SIDECAR_STRATEGIES else strategy,
                 "targets": targets,
                 "deadline_header": deadline_header,
                 "deadline_statuses": deadline_statuses,
@@ -166,7 +167,6 @@ async def _stage_outage(sc: Scenario, servers: list[Part], epoch: float) -> None
     finally:
         for s in servers:
             s.signal(signal.SIGCONT)
-
 
 
 def somaxconn() -> int | None:

@@ -68,7 +68,7 @@ async def test_a_full_queue_is_resource_exhausted_while_health_checks_pass() -> 
 
 async def test_a_cancelled_call_gives_its_ticket_back() -> None:
     hold = asyncio.Event()
-    cc = {"mode": "fixed", "initial": 2, "max_wait": "60s"}
+    cc = {"mode": "fixed", "initial": 2, "max_wait": "60s", "abandoned_hold": "50ms"}
     async with GrpcUpstream() as up, sidecar(limited([up.endpoint], cc)) as sc:
         up.then(Step(hold=hold))
         first = sc.unary("/pkg.Svc/Put")(b"a")
@@ -78,7 +78,7 @@ async def test_a_cancelled_call_gives_its_ticket_back() -> None:
         second.cancel()  # a waiting call goes away: out of the queue
         await until(lambda: sc.metric("sidecar_concurrency_queued") == 0, "the waiter gone")
         assert sc.metric("sidecar_admission_interrupted_in_queue_total") == 1
-        first.cancel()  # the holding call goes away: its attempt is cancelled, the ticket back
-        await until(lambda: sc.metric("sidecar_concurrency_in_use") == 0, "the ticket back")
+        first.cancel()  # the holding call goes away: its attempt is cancelled, the ticket back once the
+        await until(lambda: sc.metric("sidecar_concurrency_in_use") == 0, "the ticket back")  # hold is over
         assert await sc.unary("/pkg.Svc/Put")(b"c") == b"c"
         assert up.count == 2

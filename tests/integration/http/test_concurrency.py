@@ -1,6 +1,7 @@
 """Execution control over HTTP (issue 12): every attempt to an endpoint holds a read (GET/HEAD/OPTIONS) or
 write ticket while it is outstanding; the upstream, counting the requests it serves at once, never sees more
-than the limit; tickets come back however an attempt ends; a full queue is answered 503 with Retry-After.
+than the limit; tickets come back however an attempt ends, an abandoned one's after ``abandoned_hold`` (at
+once when nothing of it was sent); a full queue is answered 503 with Retry-After.
 
 Real aiohttp clients, the sidecar in-process, a real upstream that holds requests until the test lets them go
 (``FaultyUpstream.hold``): nothing sleeps, the tests wait on the upstream's counts and the sidecar's gauges.
@@ -56,27 +57,31 @@ async def test_four_tickets_bound_the_upstream_from_32_clients(client) -> None:
         assert sc.metric("sidecar_admission_queue_seconds_count") == 28
 
 
-async def test_a_ticket_comes_back_when_the_per_try_timeout_cancels_its_attempt(client) -> None:
-    policy = {"per_try_timeout": "200ms", "max_attempts": 2, "retry_on": ["timeout"]}
-    async with (
-        FaultyUpstream() as up,
-        sidecar(limited([up.endpoint], {"mode": "fixed", "initial": 2, "max_wait": "60s"}, policy)) as sc,
-    ):
+async def test_an_attempt_abandoned_at_its_per_try_timeout_keeps_its_ticket_for_abandoned_hold(
+    client,
+) -> None:
+    """The upstream still holds the timed-out request (it never looks at the closed connection): its ticket
+    counts, abandoned, for ``abandoned_hold``; the retry, which needs the one read ticket, waits for it."""
+    policy = {"per_try_timeout": "300ms", "max_attempts": 2, "retry_on": ["timeout"]}
+    cc = {"mode": "fixed", "initial": 2, "max_wait": "60s", "abandoned_hold": "150ms"}
+    async with FaultyUpstream() as up, sidecar(limited([up.endpoint], cc, policy)) as sc:
         up.then(Fault(hang=True))
-        # One read ticket: the retry gets it only if the timed-out attempt gave it back.
         async with client.get(sc.url + "/") as r:
             assert r.status == 200
         assert up.hits == 2 and up.received[1].attempt == 2
-        await up.wait_cancelled(1)
+        first, retry = up.received
+        assert first.timeout_ms is not None
+        started = first.at - (0.3 - first.timeout_ms / 1000)  # (it told the upstream what was left of 300 ms)
+        assert retry.at - started >= 0.3 + 0.15 - 0.002  # the per-try timeout, then the hold (timers: +-1 ms)
         assert sc.metric("sidecar_concurrency_in_use") == 0
         assert sc.metric("sidecar_admission_successful_total", pool="read") == 2
+        assert sc.metric("sidecar_admission_added_to_queue_total", pool="read") == 1  # the retry waited
 
 
-async def test_tickets_come_back_when_clients_go_away_holding_or_waiting(upstream) -> None:
+async def test_tickets_of_clients_gone_waiting_come_back_and_holding_stay_abandoned(upstream) -> None:
     upstream.hold = asyncio.Event()
-    async with sidecar(
-        limited([upstream.endpoint], {"mode": "fixed", "initial": 2, "max_wait": "60s"})
-    ) as sc:
+    cc = {"mode": "fixed", "initial": 2, "max_wait": "60s", "abandoned_hold": "60s"}
+    async with sidecar(limited([upstream.endpoint], cc)) as sc:
         holding = await _send_get(sc.port, "/a")
         await upstream.wait_in_flight(1)
         waiting = await _send_get(sc.port, "/b")
@@ -85,13 +90,57 @@ async def test_tickets_come_back_when_clients_go_away_holding_or_waiting(upstrea
         await until(lambda: sc.metric("sidecar_concurrency_queued") == 0, "the waiter gone")
         assert sc.metric("sidecar_admission_interrupted_in_queue_total", pool="read") == 1
         assert sc.metric("sidecar_concurrency_in_use") == 1
-        _reset(holding)  # the holding client goes away: its attempt is cancelled, its ticket back
+        await asyncio.sleep(2.0)  # the scenario, not a wait: the upstream has had the request for 2 s ...
+        _reset(holding)  # ... when its client goes away: its attempt is cancelled, its connection closed ...
         await upstream.wait_cancelled(1)
-        await until(lambda: sc.metric("sidecar_concurrency_in_use") == 0, "the ticket back")
+        # ... which does not tell whether the upstream let the request go: the ticket stays, abandoned, as long
+        # again as the request was outstanding (2 s, within abandoned_hold)
+        assert sc.metric("sidecar_concurrency_in_use", abandoned="true") == 1
+        assert sc.metric("sidecar_concurrency_in_use", abandoned="false") == 0
+        later = await _send_get(sc.port, "/c")
+        await until(lambda: sc.metric("sidecar_concurrency_queued", pool="read") == 1, "the next one waits")
+        assert upstream.hits == 1
+        _reset(later)
+
+
+async def test_an_abandoned_ticket_comes_back_after_abandoned_hold(upstream) -> None:
+    upstream.hold = asyncio.Event()
+    cc = {"mode": "fixed", "initial": 2, "max_wait": "60s", "abandoned_hold": "50ms"}
+    async with sidecar(limited([upstream.endpoint], cc)) as sc:
+        holding = await _send_get(sc.port, "/a")
+        await upstream.wait_in_flight(1)
+        _reset(holding)
+        await upstream.wait_cancelled(1)
+        await until(lambda: sc.metric("sidecar_concurrency_in_use") == 0, "the ticket back after the hold")
+        upstream.hold.set()
+        async with aiohttp.ClientSession() as s, s.get(sc.url + "/b") as r:
+            assert r.status == 200
+
+
+async def test_a_client_gone_before_its_request_was_sent_gives_the_ticket_back_at_once(upstream) -> None:
+    """One upstream connection (``max_connections: 1``), held by the first request: the second has its
+    ticket but waits for the connection. Its client goes away: nothing of it reached the upstream, so its
+    ticket comes back at once, whatever ``abandoned_hold`` is."""
+    upstream.hold = asyncio.Event()
+    cc = {"mode": "fixed", "initial": 6, "max_wait": "60s", "abandoned_hold": "60s"}
+    cfg = limited([upstream.endpoint], cc)
+    cfg["upstreams"]["api"]["max_connections"] = 1
+    async with sidecar(cfg) as sc:
+        first = await _send_get(sc.port, "/a")
+        await upstream.wait_in_flight(1)
+        second = await _send_get(sc.port, "/b")
+        await until(lambda: sc.metric("sidecar_concurrency_in_use") == 2, "the second holds a ticket")
+        await asyncio.sleep(
+            2.0
+        )  # the scenario: it has held its ticket 2 s (abandoned, it would keep it 2 s more)
+        _reset(second)
+        await until(
+            lambda: sc.metric("sidecar_concurrency_in_use") == 1, "its ticket back at once", bound=1.0
+        )
+        assert sc.metric("sidecar_concurrency_in_use", abandoned="true") == 0
         assert upstream.hits == 1
         upstream.hold.set()
-        async with aiohttp.ClientSession() as s, s.get(sc.url + "/c") as r:
-            assert r.status == 200
+        _reset(first)
 
 
 async def _send_get(port: int, path: str) -> asyncio.StreamWriter:
@@ -110,12 +159,11 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 async def test_each_hedge_holds_its_own_ticket_and_the_loser_gives_it_back(client) -> None:
     hedge = {"hedging": {"max_attempts": 2, "delay": "0ms"}, "per_try_timeout": "30s"}
+    cc = {"mode": "fixed", "initial": 2, "max_wait": "60s", "abandoned_hold": "50ms"}
     async with (
         FaultyUpstream(hold=asyncio.Event()) as slow,
         FaultyUpstream() as fast,
-        sidecar(
-            limited([slow.endpoint, fast.endpoint], {"mode": "fixed", "initial": 2, "max_wait": "60s"}, hedge)
-        ) as sc,
+        sidecar(limited([slow.endpoint, fast.endpoint], cc, hedge)) as sc,
     ):  # rand 0: the slow one first
         async with client.get(sc.url + "/") as r:
             assert r.status == 200
