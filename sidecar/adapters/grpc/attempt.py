@@ -1,7 +1,7 @@
 """One attempt of a proxied call: send the request upstream, pass the response on once it is ours.
 
 An attempt is *committed* (A6) when the upstream sent it response headers with metadata, or a message: the
-attempt then claims the client (``Downstream.claim``, which tells the engine), and from then on its headers
+attempt then takes the engine's commit (``AttemptContext.commit``) and claims the client (``Downstream.claim``), and from then on its headers
 and messages go to the client as they come. Empty headers are not a commit: a grpc.aio client cannot tell
 them apart from a trailers-only status (and may lose headers that arrive with the trailers), and nothing has
 reached the client then, so the attempt may still be retried. A hedge that finds the client already claimed
@@ -102,7 +102,7 @@ class Attempter:
     async def _respond(self, call: Any, ctx: AttemptContext, initial: Any, n: int) -> AttemptResult | None:
         """This attempt has something for the client: claim the response (the first attempt to do so wins,
         A6's commit) and send its headers. ``None`` when it may go on; else the attempt's end."""
-        if not self.down.claim(ctx):
+        if not (ctx.commit() and self.down.claim(n)):  # the engine's commit (A6), then the client
             call.cancel()
             return _LOST
         self.request.seal()  # committed: no attempt starts after this one

@@ -21,7 +21,7 @@ from ...admission.refusal import Refusal
 from ...admit import Way, enter, ticket_refusal
 from ...config import PolicyConfig
 from ...policy.deadline import MAX_TIMEOUT_S, parse_timeout_ms
-from ...runtime import Delivery, Driver, drive
+from ...runtime import Delivery, drive
 from ...services import Services, UpstreamRuntime
 from ...telemetry import RequestObserver
 from .answer import Answer, answer, refused
@@ -78,12 +78,11 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     if begun is None:
         return  # refused at the door, and answered
     obs = begun.obs
-    drivers: list[Driver] = []  # the one driver, once drive() made it
     stream: RequestStream | None = None
     try:
-        stream = _stream(shared, context, pc.replay_buffer, obs, drivers)
+        stream = _stream(shared, context, pc.replay_buffer, obs)
         attempter = _attempter(shared, method, route, pc, incoming, stream, down, obs)
-        delivery = await drive(begun.call, attempter, obs, drivers.append, begun.gate)
+        delivery = await drive(begun.call, attempter, obs, stream.driven_by, begun.gate)
         await down.close()  # grpc sends the status when we return: nothing may be in flight beside it
         down.deliver(_answer(shared, delivery, pc.give_up_pushback, obs), obs)
     except asyncio.CancelledError:
@@ -98,19 +97,14 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
 
 
 def _stream(
-    shared: Shared,
-    context: grpc.aio.ServicerContext,
-    limit: int | None,
-    obs: RequestObserver,
-    drivers: list[Driver],
+    shared: Shared, context: grpc.aio.ServicerContext, limit: int | None, obs: RequestObserver
 ) -> RequestStream:
-    """The client's messages, forwarded as they come and kept for replay (``replay.py``)."""
+    """The client's messages, forwarded as they come and kept for replay (``replay.py``); the driver hears
+    when the whole request went upstream (per-try timers, the sidecar's own deadline start then)."""
     return RequestStream(
         context.read,
         limit if limit is not None else DEFAULT_REPLAY_BUFFER,
-        on_seal=lambda over: over and obs.buffer_exceeded(),
-        # the client half-closed and its whole request went upstream: per-try timers, own deadline start
-        on_complete=lambda: drivers[0].request_complete(),
+        on_overflow=obs.buffer_exceeded,
         budget=shared.services.buffers,
     )
 

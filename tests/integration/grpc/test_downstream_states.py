@@ -81,7 +81,7 @@ async def test_a_call_answered_by_its_attempt_walks_every_state() -> None:
             down = self.down
             with pytest.raises(InvalidTransition, match="write is not a transition from state 'open'"):
                 await down.write(b"before the claim")
-            assert down.claim(ctx) and down.claim(ctx)  # the owner keeps it
+            assert ctx.commit() and down.claim(cmd.attempt) and down.claim(cmd.attempt)  # the owner keeps it
             seen.append(down.state)
             with pytest.raises(InvalidTransition, match="write is not a transition from state 'claimed'"):
                 await down.write(b"before the headers")
@@ -140,8 +140,8 @@ async def test_a_hedge_that_finds_the_client_claimed_has_lost() -> None:
                 hedge.set_result(ctx)
                 await asyncio.Event().wait()  # until the engine cancels it
             other = await hedge
-            claims[1] = self.down.claim(ctx)
-            claims[2] = self.down.claim(other)  # the hedge's response came second: the client is taken
+            claims[1] = ctx.commit() and self.down.claim(1)
+            claims[2] = other.commit() and self.down.claim(2)  # the hedge came second: the engine says no
             return AttemptResult(OK)
 
         def discard(self, payload: Any) -> None:
