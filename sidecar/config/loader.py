@@ -14,7 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from ..upstream import target
-from . import grpc_service_config
+from . import applies, grpc_service_config
 from .env import Expansions, expand, join
 from .presets import PRESETS, resolve_policies
 from .redact import Redactor, secret_key_values
@@ -79,6 +79,7 @@ def load_dict(tree: Any, environ: Mapping[str, str] | None = None, source: str =
     errors: ErrorList = []
     expansions = Expansions()
     tree = expand(tree, os.environ if environ is None else environ, "", errors, expansions)
+    misplaced_keys = applies.misplaced(tree)  # read as written: presets' values are not the user's
     raw_policies = tree.get("policies") or {}
     user_policies = sorted(raw_policies) if isinstance(raw_policies, dict) else []
     if isinstance(raw_policies, dict):
@@ -94,6 +95,9 @@ def load_dict(tree: Any, environ: Mapping[str, str] | None = None, source: str =
         config = None
     errors.extend(_references(tree, user_policies))
     errors.extend(_endpoint_rules(tree))
+    errors.extend(misplaced_keys)
+    if config is not None:
+        errors.extend(_buffer_bounds(config))
     if errors:
         # A message may quote a value (``'x' is not a duration``): never a secret one.
         redactor = Redactor(expansions, secret_key_values(tree))
@@ -133,8 +137,8 @@ def _has_names(uc: UpstreamConfig) -> bool:
 def _endpoint_rules(tree: dict[str, Any]) -> ErrorList:
     """What endpoint forms and ``dns`` settings mean where they are written (read from the tree, so that
     they are reported with every other error): ``dns`` on an upstream with nothing to resolve is an error,
-    and a MongoDB upstream's members stay ``host:port`` (a driver's connection resolves them, as before;
-    ``mongodb+srv://`` is a separate issue)."""
+    and a MongoDB upstream's members stay ``host:port`` (a driver's connection resolves them, as before).
+    (``dns`` on a MongoDB upstream at all: ``applies.py``.)"""
     errors: ErrorList = []
     upstreams = tree.get("upstreams") if isinstance(tree.get("upstreams"), dict) else {}
     mongo: set[Any] = set()
@@ -167,14 +171,6 @@ def _endpoint_rules(tree: dict[str, Any]) -> ErrorList:
                             "(resolved by each connection, as by a driver)",
                         )
                     )
-            if has_dns:
-                errors.append(
-                    (
-                        f"{base}.dns",
-                        "a MongoDB upstream's members are resolved by each connection (as by a driver), "
-                        "not polled: remove this block",
-                    )
-                )
         elif has_dns and targets and all(t.static for _, _, t in targets):
             errors.append(
                 (
@@ -290,7 +286,10 @@ def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:
             requests = profile.get("requests") if isinstance(profile, dict) else None
             if isinstance(requests, dict) and requests.get("scope") == "fleet":
                 errors.append(
-                    (join(join("admission", name), "requests") + ".scope", "scope fleet needs a `fleet:` block")
+                    (
+                        join(join("admission", name), "requests") + ".scope",
+                        "scope fleet needs a `fleet:` block",
+                    )
                 )
         for name, up in upstreams.items():
             budget = up.get("retry_budget") if isinstance(up, dict) else None

@@ -150,8 +150,8 @@ def test_a_mongodb_upstream_keeps_host_port_members_resolved_by_its_connections(
         "(resolved by each connection, as by a driver)",
         "upstreams.db.endpoints[1]": "'dns:///db-0:27017': a MongoDB upstream's members are written host:port "
         "(resolved by each connection, as by a driver)",
-        "upstreams.db.dns": "a MongoDB upstream's members are resolved by each connection (as by a driver), not "
-        "polled: remove this block",
+        "upstreams.db.dns": "does nothing for an upstream used by mongodb listeners (listeners[0]): a MongoDB "
+        "upstream's members are resolved by each connection (as by a driver), not polled",
     }
 
 
