@@ -131,6 +131,11 @@ class RequestStream:
         self._trim()
         self._changed()
 
+    def over(self) -> bool:
+        """Closed: the call is over. (A method, not the attribute: an await may close the stream, and a
+        compiled caller must read it again; ``sidecar/native.py``.)"""
+        return self.closed
+
     def driven_by(self, driver: Driver) -> None:
         """The call's driver is told when the whole request went upstream (``drive``'s ``started``)."""
         self._on_complete = driver.request_complete
@@ -145,7 +150,7 @@ class RequestStream:
     ) -> None:
         """Send the whole request to one attempt: what is buffered, then live messages, then half-close
         (nothing more once the stream is closed: every await may return to a closed one)."""
-        if self.closed:
+        if self.over():
             return
         kept = self.kept
         kept.check_whole("the request stream")
@@ -155,7 +160,7 @@ class RequestStream:
             while True:
                 while w.position < kept.end:
                     await write(kept.at(w.position))
-                    if self.closed:
+                    if self.over():
                         return
                     w.position += 1
                     if not kept.replayable:
@@ -167,7 +172,7 @@ class RequestStream:
                         done()
                     return
                 await self._wait()
-                if self.closed:
+                if self.over():
                     return
         finally:
             self._writers.pop(attempt, None)
