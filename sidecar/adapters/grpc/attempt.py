@@ -84,7 +84,9 @@ class Attempter:
         try:
             if one is not None:
                 call = await one.started()
-            first_status = _watch_status(call)
+            first_status = (
+                _watch_status(call) if one is None else []
+            )  # (a request written in one go cannot fail)
             result = await self._receive(call, cmd, ctx, timeout is not None, first_status)
         except asyncio.CancelledError:
             call.cancel()
@@ -106,8 +108,10 @@ class Attempter:
             call.cancel()
             return _LOST
         self.request.seal()  # committed: no attempt starts after this one
-        if not await self._pass(self.down.send_headers(initial, n), call):
-            return _CLIENT_GONE
+        try:
+            await self.down.send_headers(initial, n)
+        except Exception as e:  # noqa: BLE001 - grpc raises several types for a dead server call
+            return _client_gone(call, e)
         return None
 
     async def _receive(
@@ -135,10 +139,18 @@ class Attempter:
                 if lost is not None:
                     return lost
                 responded = True
-            if not await self._pass(self.down.write(msg), call):
-                return _CLIENT_GONE
+            try:
+                await self.down.write(msg)
+            except Exception as e:  # noqa: BLE001 - grpc raises several types for a dead server call
+                return _client_gone(call, e)
         if first_status:
             code, details, trailing = first_status[0]
+        elif call.done():  # (the usual case: read at once, without three awaits)
+            code, details, trailing = (
+                _ready(call.code()),
+                _ready(call.details()),
+                _ready(call.trailing_metadata()),
+            )
         else:
             code, details, trailing = await call.code(), await call.details(), await call.trailing_metadata()
         trailing = tuple(trailing or ())
@@ -149,16 +161,12 @@ class Attempter:
         self.obs.set_attempt_attribute(n, "rpc.grpc.status_code", code.value[0])
         return AttemptResult(outcome, status)
 
-    @staticmethod
-    async def _pass(send: Coroutine[Any, Any, None], call: Any) -> bool:
-        """Send to the client; if that fails, the client is gone: abandon the upstream call too."""
-        try:
-            await send
-        except Exception as e:  # noqa: BLE001 - grpc raises several types for a dead server call
-            log.debug("passing a response to the client failed: %r", e)
-            call.cancel()
-            return False
-        return True
+
+def _client_gone(call: Any, e: Exception) -> AttemptResult:
+    """Passing the response to the client failed: the client is gone; the upstream call is abandoned too."""
+    log.debug("passing a response to the client failed: %r", e)
+    call.cancel()
+    return _CLIENT_GONE
 
 
 def _watch_status(call: Any) -> list:

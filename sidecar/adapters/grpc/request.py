@@ -59,20 +59,25 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     pc = compiled.config
     incoming = [(m.key, m.value) for m in context.invocation_metadata() or ()]
     tickets = shared.upstream.concurrency
+    way = _way(shared, route.policy)
+    door = way.door
     down = Downstream(context)  # the client's side of the call: what goes to it, refusals included
     begun = await enter(
         services,
-        _way(shared, route.policy),
+        way,
         down,
         name=route.name,
-        client=peer_host(context.peer()),
+        client=peer_host(context.peer()) if door is not None and door.exemptions else "",  # (exempt_cidrs)
         arrival=asyncio.get_running_loop().time(),
         received=_received_timeout(context, incoming, pc.deadline.header),
         cap=route.timeout_cap,  # a service config's timeout, applied as the client's own deadline
         exempt=method.startswith(HEALTH),
         kind=ticket_kind(method, tickets.config.read_methods) if tickets is not None else Kind.WRITE,
-        attributes={"rpc.system": "grpc", "rpc.service": route.service, "rpc.method": route.method},
-        parent={k: v for k, v in incoming if isinstance(v, str)},
+        attributes=route.attributes,
+        # the caller's trace context, read only when spans are recorded
+        parent={k: v for k, v in incoming if isinstance(v, str)}
+        if services.telemetry.tracer is not None
+        else None,
         request_complete=False,  # messages are forwarded as they come: complete once the client half-closed
     )
     if begun is None:
