@@ -8,7 +8,8 @@ import gc
 import logging
 import random
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -17,10 +18,11 @@ from prometheus_client import Counter
 from . import log_redaction, native
 from .adapters import Listener, make_listener
 from .admin import AdminServer
+from .admin.console import Console
 from .config import Config, ConfigError, effective, load_file
 from .config.effective import redactor
 from .fleet.link import fleet_link
-from .reload import ConfigWatcher, restart_reasons
+from .reload import ConfigWatcher, ReloadLog, restart_reasons
 from .services import Services
 from .telemetry import Telemetry
 
@@ -50,11 +52,13 @@ class App:
             ["result"],
             registry=self.telemetry.metrics.registry,
         )
+        self.reload_log = ReloadLog(time.time())
         self._reload_lock = asyncio.Lock()
         self.listeners: list[Listener] = [make_listener(lc, self.services) for lc in config.listeners]
         self.fleet = fleet_link(config, self.services)  # None: no fleet-wide budget
         self.ready = False
         self.admin: AdminServer | None = None
+        self.console: Console | None = None  # the page at / on the admin port, its JSON and the tap
         if config.admin.listen is not None:
             self.admin = AdminServer(
                 config.admin.listen,
@@ -63,6 +67,8 @@ class App:
                 effective_config=effective(config),
                 live=self.live,
             )
+            self.console = Console(self)
+            self.console.install(self.admin)
 
     def is_ready(self) -> bool:
         """Started, not draining, every listener accepting (a gRPC one being rebuilt is not), and every
@@ -89,7 +95,7 @@ class App:
             except ConfigError as e:
                 for path, msg in e.errors:
                     log.error("config reload rejected: %s: %s", path or "(file)", msg)
-                self.reloads.labels("rejected").inc()
+                self._reloaded("rejected", [f"{path or '(file)'}: {msg}" for path, msg in e.errors])
                 return False
             if new != self.config and not restart_reasons(self.config, new):
                 # names the new config adds are resolved first: their upstreams do not start out empty
@@ -102,13 +108,13 @@ class App:
         stays) when it changes what only a restart can (a listener's address or protocol, ...)."""
         if new == self.config:
             log.info("config reload: no change")
-            self.reloads.labels("unchanged").inc()
+            self._reloaded("unchanged")
             return True
         reasons = restart_reasons(self.config, new)
         if reasons:
             for reason in reasons:
                 log.error("config reload rejected: %s", reason)
-            self.reloads.labels("rejected").inc()
+            self._reloaded("rejected", reasons)
             return False
         log_redaction.learn(redactor(new))  # before anything under the new config can log
         services = Services(new, self.telemetry, self.services.rand, previous=self.services)
@@ -120,9 +126,15 @@ class App:
         self.config = new
         if self.admin is not None:
             self.admin.show(effective(new))
-        self.reloads.labels("applied").inc()
+        if self.console is not None:
+            self.console.reconfigure(new)
+        self._reloaded("applied")
         log.info("config reloaded from %s", self.config_path)
         return True
+
+    def _reloaded(self, result: str, messages: Sequence[str] = ()) -> None:
+        self.reloads.labels(result).inc()
+        self.reload_log.record(time.time(), result, messages)
 
     async def start(self) -> None:
         """The admin port first (``/readyz`` answers 503 meanwhile), the listeners, then every upstream's names
@@ -131,6 +143,8 @@ class App:
         try:
             if self.admin is not None:
                 await self.admin.start()
+            if self.console is not None:
+                self.console.start()
             for lst in self.listeners:
                 await lst.start()
                 host, port = lst.address
@@ -150,6 +164,8 @@ class App:
         await asyncio.gather(*(lst.stop(g) for lst in self.listeners), return_exceptions=True)
         if self.fleet is not None:
             await self.fleet.stop()
+        if self.console is not None:
+            self.console.stop()  # ends long polls of the tap, which the admin server would wait for
         await self.services.discovery.stop()
         if self.admin is not None:
             await self.admin.stop()
@@ -197,7 +213,9 @@ async def serve(config: Config, config_path: Path | None = None, watch_interval:
         if watch_interval > 0:
             watcher.start()
     if app.admin is not None:
-        log.info("admin on http://%s:%d (healthz, readyz, metrics, config)", *app.admin.address)
+        log.info(
+            "admin on http://%s:%d (the console at /, healthz, readyz, metrics, config)", *app.admin.address
+        )
     await stop.wait()
     if watcher is not None:
         # Draining: a reload now would reconfigure stopping listeners (and SIGHUP's default would kill us).
