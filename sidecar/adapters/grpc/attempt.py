@@ -1,8 +1,8 @@
 """One attempt of a proxied call: send the request upstream, pass the response on once it is ours.
 
 An attempt is *committed* (A6) when the upstream sent it response headers with metadata, or a message: the
-attempt then takes the engine's commit (``AttemptContext.commit``) and claims the client (``Downstream.claim``), and from then on its headers
-and messages go to the client as they come. Empty headers are not a commit: a grpc.aio client cannot tell
+attempt then takes the engine's commit (``AttemptContext.commit``) and claims the client
+(``Downstream.claim``), and from then on its headers and messages go to the client as they come. Empty headers are not a commit: a grpc.aio client cannot tell
 them apart from a trailers-only status (and may lose headers that arrive with the trailers), and nothing has
 reached the client then, so the attempt may still be retried. A hedge that finds the client already claimed
 by another attempt has lost: it is cancelled.
@@ -84,9 +84,8 @@ class Attempter:
         try:
             if one is not None:
                 call = await one.started()
-            first_status = (
-                _watch_status(call) if one is None else []
-            )  # (a request written in one go cannot fail)
+            # (a request written in one go has no write to fail: nothing to watch for)
+            first_status = _watch_status(call) if one is None else []
             result = await self._receive(call, cmd, ctx, timeout is not None, first_status)
         except asyncio.CancelledError:
             call.cancel()

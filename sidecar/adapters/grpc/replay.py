@@ -7,9 +7,10 @@ client that sends one message and waits for the answer (interactive bidi calls),
 server speaks, is forwarded at once.
 
 The messages are kept in the adapters' shared :class:`~sidecar.adapters.replay.ReplayBuffer` (positions:
-the n-th message has position n). While the stream is replayable it is held whole, up to ``limit`` bytes. When it outgrows the limit while an
-attempt is sending it, it is sealed (the writer's ``on_overflow``: the engine hears ``buffer_exceeded``; the stream's: telemetry counts it): no further attempt
-may start, and messages are dropped once every live writer has sent them. A commit seals it too. While no
+the n-th message has position n). While the stream is replayable it is held whole, up to ``limit`` bytes.
+When it outgrows the limit while an attempt is sending it, it is sealed (the writer's ``on_overflow``: the
+engine hears ``buffer_exceeded``; the stream's: telemetry counts it): no further attempt may start, and
+messages are dropped once every live writer has sent them. A commit seals it too. While no
 attempt is out (a backoff wait), the pump stops reading rather than overflow, so the next attempt still has
 the whole request. Once sealed, the pump reads only while less than ``limit`` bytes wait to be sent
 (backpressure on the client instead of unbounded memory).
