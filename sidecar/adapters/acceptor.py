@@ -7,6 +7,10 @@ wait in the kernel's accept queue (``backlog``), and once that is full the kerne
 handshakes (Linux drops the SYN and the client retries; with ``net.ipv4.tcp_abort_on_overflow=1`` it
 answers RST). A connection that closes lets the next one in (``room()``, called by the listener). It looks
 like an ``asyncio.Server`` to the listener: ``sockets``, ``is_serving()``, ``close()``, ``wait_closed()``.
+
+With an ``ssl`` context (a MongoDB listener's ``tls``) each accepted connection's TLS handshake runs in a
+task of its own, bounded by ``ssl_handshake_timeout``, so that a slow or silent client never holds up the
+next accept; connections still in their handshake count towards ``max_connections``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import contextlib
 import errno
 import logging
 import socket
+import ssl as _ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -33,8 +38,13 @@ class Acceptor:
         sockets: list[socket.socket],
         max_connections: int,
         count: Callable[[], int],
+        ssl: _ssl.SSLContext | None = None,
+        ssl_handshake_timeout: float = 10.0,
     ) -> None:
         self.name = name
+        self.ssl = ssl
+        self.ssl_handshake_timeout = ssl_handshake_timeout
+        self._handshakes: set[asyncio.Task[None]] = set()
         self.max_connections = max_connections  # a reload may change it
         self.sockets = sockets
         self._factory = factory
@@ -54,6 +64,7 @@ class Acceptor:
         max_connections: int,
         count: Callable[[], int],
         backlog: int = 1024,
+        ssl: _ssl.SSLContext | None = None,
     ) -> Acceptor:
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -77,7 +88,7 @@ class Acceptor:
             for s in socks:
                 s.close()
             raise
-        self = cls(name, factory, socks, max_connections, count)
+        self = cls(name, factory, socks, max_connections, count, ssl)
         self._tasks = [loop.create_task(self._accept(s), name=f"accept {name}") for s in socks]
         return self
 
@@ -93,6 +104,8 @@ class Acceptor:
     def close(self) -> None:
         for t in self._tasks:
             t.cancel()
+        for t in list(self._handshakes):
+            t.cancel()
         for s in self.sockets:
             s.close()
 
@@ -102,7 +115,7 @@ class Acceptor:
     async def _accept(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            while self._count() >= self.max_connections:
+            while self._count() + len(self._handshakes) >= self.max_connections:
                 if not self._full_logged:
                     self._full_logged = True
                     log.warning(
@@ -120,6 +133,11 @@ class Acceptor:
                     await asyncio.sleep(_EMFILE_PAUSE)
                 continue  # ECONNABORTED and the like: that client is gone
             conn.setblocking(False)
+            if self.ssl is not None:
+                task = loop.create_task(self._handshake(conn), name=f"tls handshake {self.name}")
+                self._handshakes.add(task)
+                task.add_done_callback(self._handshake_over)
+                continue
             try:
                 await loop.connect_accepted_socket(self._factory, conn)
             except OSError as e:  # that client is gone already
@@ -132,3 +150,26 @@ class Acceptor:
                     conn.close()
             if self._count() < self.max_connections * 0.9:
                 self._full_logged = False  # the next time it fills up is worth a line again
+
+    async def _handshake(self, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(
+                self._factory, conn, ssl=self.ssl, ssl_handshake_timeout=self.ssl_handshake_timeout
+            )
+        except (OSError, TimeoutError, _ssl.SSLError, ConnectionError) as e:
+            log.info("listener %s: a client's TLS handshake failed: %s", self.name, e or type(e).__name__)
+            with contextlib.suppress(OSError):
+                conn.close()
+        except asyncio.CancelledError:
+            with contextlib.suppress(OSError):
+                conn.close()
+            raise
+        except Exception:  # a bug of ours: that one connection ends, the listener goes on
+            log.exception("listener %s: internal error setting up an accepted connection", self.name)
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def _handshake_over(self, task: asyncio.Task[None]) -> None:
+        self._handshakes.discard(task)
+        self.room()

@@ -38,6 +38,14 @@ UPSTREAM: Mapping[str, tuple[frozenset[str], str]] = {
         "a gRPC upstream is reached over one HTTP/2 channel per endpoint, whose streams grpcio multiplexes",
     ),
     "replica_set": (frozenset({MONGODB}), "only a MongoDB upstream has a replica set"),
+    "uri": (
+        frozenset({MONGODB}),
+        "it is a MongoDB connection string (HTTP and gRPC upstreams list endpoints)",
+    ),
+    "compressors": (
+        frozenset({MONGODB}),
+        "it is MongoDB's wire compression (HTTP and gRPC bodies are passed on as the app encoded them)",
+    ),
     "auth": (
         frozenset({MONGODB}),
         "only a MongoDB upstream is logged in to (HTTP and gRPC carry the app's own credentials)",

@@ -25,6 +25,12 @@ def redactor(config: Config) -> Redactor:
 def effective(config: Config) -> dict[str, Any]:
     data = config.model_dump(mode="json")
     out: dict[str, Any] = redactor(config).tree(data)
+    for name, uc in config.upstreams.items():
+        u = uc.mongo_uri
+        if u is not None and u.srv is not None:  # members come from DNS at run time: say where
+            shown = out["upstreams"][name]
+            srv = {"name": f"_{u.srv_service}._tcp.{u.srv}", "max_hosts": u.srv_max_hosts}
+            out["upstreams"][name] = {k: v for k, v in shown.items() if k != "endpoints"} | {"srv": srv}
     return out
 
 

@@ -95,9 +95,11 @@ def load_dict(tree: Any, environ: Mapping[str, str] | None = None, source: str =
         config = None
     errors.extend(_references(tree, user_policies))
     errors.extend(_endpoint_rules(tree))
+    errors.extend(_uri_rules(tree))
     errors.extend(misplaced_keys)
     if config is not None:
         errors.extend(_buffer_bounds(config))
+        errors.extend(_app_auth_rules(config))
     if errors:
         # A message may quote a value (``'x' is not a duration``): never a secret one.
         redactor = Redactor(expansions, secret_key_values(tree))
@@ -181,6 +183,50 @@ def _endpoint_rules(tree: dict[str, Any]) -> ErrorList:
     return errors
 
 
+#: An upstream key and the URI options that set it too (``None``: the URI always does).
+_URI_KEYS: dict[str, tuple[str, ...] | None] = {
+    "endpoints": None,
+    "replica_set": ("replicaSet",),
+    "tls": ("tls", "ssl", "tlsCAFile", "tlsCertificateKeyFile", "tlsInsecure", "tlsAllowInvalidCertificates"),
+    "auth": ("authSource", "authMechanism"),
+    "compressors": ("compressors",),
+    "connect_timeout": ("connectTimeoutMS",),
+    "max_connections": ("maxPoolSize",),
+}
+
+
+def _uri_rules(tree: dict[str, Any]) -> ErrorList:
+    """A key given both in an upstream's ``uri`` and explicitly is an error (which one would win is
+    nobody's guess)."""
+    from .mongo_uri import parse
+
+    errors: ErrorList = []
+    upstreams = tree.get("upstreams") if isinstance(tree.get("upstreams"), dict) else {}
+    for name, up in upstreams.items():
+        if not isinstance(up, dict) or not isinstance(up.get("uri"), str):
+            continue
+        try:
+            u = parse(up["uri"])
+        except ValueError:
+            continue  # the schema names it
+        for key, options in _URI_KEYS.items():
+            if up.get(key) is None:
+                continue
+            if options is None:
+                by = f"the {'SRV name' if u.srv else 'hosts'} it names"
+            else:
+                written = [o for o in options if u.sets(o)]
+                if key == "auth" and u.username is not None:
+                    written.insert(0, "credentials")
+                if not written:
+                    continue
+                by = ", ".join(written)
+            errors.append(
+                (join(join("upstreams", name), key), f"also given by uri ({by}): give it in one place")
+            )
+    return errors
+
+
 # -- helpers ----------------------------------------------------------------------------------------
 def _wanted_policies(tree: dict[str, Any]) -> set[str]:
     """Policy names that listeners and routes use, with each protocol's preset as the default."""
@@ -219,6 +265,24 @@ def _buffer_bounds(config: Config) -> ErrorList:
         for i, lst in enumerate(config.listeners)
         if lst.protocol == "mongodb" and lst.max_message_size > cap
     ]
+
+
+def _app_auth_rules(config: Config) -> ErrorList:
+    """``app_auth`` without ``users`` takes the upstream's own user: there must be one."""
+    errors: ErrorList = []
+    for i, lst in enumerate(config.listeners):
+        if lst.protocol != "mongodb" or lst.app_auth is None or lst.app_auth.users is not None:
+            continue
+        up = config.upstreams.get(lst.upstream)
+        if up is not None and up.auth is None:
+            errors.append(
+                (
+                    f"listeners[{i}].app_auth.users",
+                    f"not given, and upstream {lst.upstream!r} has no login of its own to take the user from "
+                    "(credentials in its uri, or auth): list who may log in",
+                )
+            )
+    return errors
 
 
 def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:

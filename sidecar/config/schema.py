@@ -259,7 +259,9 @@ class ConcurrencyConfig(Base):
             if self.min > self.max:
                 raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
             if not self.min <= self.initial <= self.max:
-                raise ValueError(f"initial ({self.initial}) must be within min and max ([{self.min}, {self.max}])")
+                raise ValueError(
+                    f"initial ({self.initial}) must be within min and max ([{self.min}, {self.max}])"
+                )
         if not self.interval > 0:
             raise ValueError("interval must be positive")
         return self
@@ -269,7 +271,9 @@ class ConcurrencyConfig(Base):
     def _methods(cls, v: list[str]) -> list[str]:
         for m in v:
             if not _GRPC_METHOD.match(m):
-                raise ValueError(f"{m!r} is not a gRPC method: write /package.Service/Method or /package.Service/*")
+                raise ValueError(
+                    f"{m!r} is not a gRPC method: write /package.Service/Method or /package.Service/*"
+                )
         return v
 
 
@@ -320,8 +324,11 @@ class DnsConfig(Base):
 MIN_REFRESH = 0.1
 
 
+Compressor = Literal["zstd", "snappy", "zlib"]
+
+
 class UpstreamConfig(Base):
-    endpoints: list[Endpoint] = Field(min_length=1)
+    endpoints: list[Endpoint] = []  # required unless a MongoDB upstream's uri names them
     dns: DnsConfig | None = None  # the loader fills in the defaults for an upstream with a name
     overload_cooldown: Duration = 5.0
     outlier_detection: OutlierDetectionConfig = OutlierDetectionConfig()
@@ -333,6 +340,68 @@ class UpstreamConfig(Base):
     auth: AuthConfig | None = None
     retry_budget: RetryBudgetConfig | None = None
     concurrency: ConcurrencyConfig | None = None  # None: no limit on attempts in flight
+    # A MongoDB upstream as a connection string (config/mongo_uri.py): it fills in the keys above it sets
+    uri: str | None = None
+    compressors: list[Compressor] = []  # MongoDB: offered to the upstream, in this order of preference
+    _uri: Any = PrivateAttr(None)
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_readable(cls, v: str | None) -> str | None:
+        if v is not None:
+            from .mongo_uri import parse
+
+            parse(v)
+        return v
+
+    @model_validator(mode="after")
+    def _from_uri(self) -> UpstreamConfig:
+        if self.uri is None:
+            if not self.endpoints:
+                raise ValueError("give endpoints (or, for a MongoDB upstream, uri)")
+            return self
+        from .mongo_uri import parse
+
+        u = parse(self.uri)
+        self._uri = u
+        given = self.model_fields_set  # a key also given explicitly is an error (loader.py); keep it here
+
+        def fill(key: str, value: Any) -> None:
+            if key not in given:
+                object.__setattr__(self, key, value)  # frozen: set once, here
+
+        fill("endpoints", list(u.hosts))
+        if u.replica_set is not None:
+            fill("replica_set", u.replica_set)
+        if u.tls:
+            fill(
+                "tls",
+                TlsConfig(
+                    ca_file=u.tls_ca_file,
+                    cert_file=u.tls_cert_key_file,
+                    server_name=None,
+                    insecure_skip_verify=u.tls_insecure,
+                ),
+            )
+        if u.username is not None:
+            fill(
+                "auth",
+                AuthConfig(
+                    username=u.username, password=u.password or "", source=u.source, mechanism=u.mechanism
+                ),
+            )
+        if u.compressors:
+            fill("compressors", list(u.compressors))
+        if u.connect_timeout is not None:
+            fill("connect_timeout", u.connect_timeout)
+        if u.max_pool_size is not None:
+            fill("max_connections", u.max_pool_size)
+        return self
+
+    @property
+    def mongo_uri(self) -> Any:
+        """The parsed ``uri`` (a ``mongo_uri.MongoUri``), or ``None``."""
+        return self._uri
 
 
 # -- admission (issue 12: the door; sidecar/gates/door.py) ------------------------------------------------
@@ -471,11 +540,66 @@ class GrpcListenerConfig(ListenerBase):
     unary_requests: list[str] = []
 
 
+class AppUserConfig(Base):
+    """One user who may log in to a MongoDB listener (``app_auth.users``); its commands go upstream over
+    connections logged in as this same user (when the upstream has a login at all)."""
+
+    username: str = Field(min_length=1)
+    password: str = Field(json_schema_extra={"secret": True})
+    source: str = Field("admin", min_length=1)
+
+
+class AppAuthConfig(Base):
+    """The app's own login, verified by the sidecar with SCRAM (``adapters/mongo/login.py``).
+    ``users`` absent: the upstream's own user (its ``uri`` or ``auth``)."""
+
+    users: list[AppUserConfig] | None = None
+    allow_unauthenticated: bool = False  # a connection that never logs in acts as the upstream's identity
+
+    @field_validator("users")
+    @classmethod
+    def _distinct(cls, v: list[AppUserConfig] | None) -> list[AppUserConfig] | None:
+        seen: set[tuple[str, str]] = set()
+        for u in v or ():
+            if (u.source, u.username) in seen:
+                raise ValueError(f"user {u.username!r} (source {u.source!r}) is listed twice")
+            seen.add((u.source, u.username))
+        return v
+
+
+class ListenerTlsConfig(Base):
+    """TLS on a listener: its certificate (``cert_file``, with ``key_file`` unless the key is in the same
+    PEM); with ``ca_file``, every client must present a certificate that CA signed."""
+
+    cert_file: str
+    key_file: str | None = None
+    ca_file: str | None = None
+
+    @model_validator(mode="after")
+    def _loadable(self) -> ListenerTlsConfig:
+        import ssl
+
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as e:
+            raise ValueError(f"cannot load the certificate and key ({self.cert_file}): {e}") from None
+        if self.ca_file is not None:
+            try:
+                ctx.load_verify_locations(self.ca_file)
+            except (OSError, ssl.SSLError) as e:
+                raise ValueError(f"cannot load ca_file {self.ca_file}: {e}") from None
+        return self
+
+
 class MongoListenerConfig(ListenerBase):
     protocol: Literal["mongodb"]
     max_message_size: Size = 48 * 1000 * 1000
     idle_timeout: Duration = Field(600.0, gt=0)  # no request and no partial message this long: closed
     message_timeout: Duration = Field(30.0, gt=0)  # a message begun must be complete this soon: closed
+    app_auth: AppAuthConfig | None = None  # None: the app may not log in (code 18), as before
+    tls: ListenerTlsConfig | None = None
+    compressors: list[Compressor] = []  # offered to the app, in this order of preference
 
 
 ListenerConfig = Annotated[
@@ -614,7 +738,6 @@ class Config(Base):
     @property
     def expansions(self) -> Any:
         return self._expansions
-
 
     fleet: FleetConfig | None = None
 

@@ -1,10 +1,10 @@
 """A real DNS server for tests and benchmarks: ``dnsmasq`` in the foreground on a free port of 127.0.0.1, with
 no system configuration, answering for ``*.test`` only (anything else there is NXDOMAIN) from a hosts file
-and SRV records it is given.
+and the SRV and TXT records it is given.
 
 Answers change during a test: :meth:`DnsServer.set` rewrites the hosts file and sends SIGHUP (done once
-dnsmasq says it read the file again); SRV records are command-line options, so :meth:`DnsServer.set_srv`
-restarts it on the same port. :meth:`DnsServer.stop` leaves the port silent: a query then times out (a
+dnsmasq says it read the file again); SRV and TXT records are command-line options, so
+:meth:`DnsServer.set_srv` and :meth:`DnsServer.set_txt` restart it on the same port. :meth:`DnsServer.stop` leaves the port silent: a query then times out (a
 stopped server here does not refuse).
 
 The binary comes from Debian's ``dnsmasq-base`` (the program without a system service), which ``make test``
@@ -60,10 +60,15 @@ class DnsServer:
     ``127.0.0.1:PORT`` (for ``resolver.nameservers``). ``ttl``: the TTL of every answer, in seconds."""
 
     def __init__(
-        self, names: Mapping[str, Sequence[str]] | None = None, srv: Iterable[Srv] = (), ttl: int = 1
+        self,
+        names: Mapping[str, Sequence[str]] | None = None,
+        srv: Iterable[Srv] = (),
+        ttl: int = 1,
+        txt: Mapping[str, str] | None = None,
     ) -> None:
         self.names: dict[str, list[str]] = {k: list(v) for k, v in (names or {}).items()}
         self.srv: list[Srv] = list(srv)
+        self.txt: dict[str, str] = dict(txt or {})
         self.ttl = ttl
         self.port = free_port()
         self._dir = tempfile.mkdtemp(prefix="sidecar-dns-")
@@ -100,6 +105,13 @@ class DnsServer:
             await self.stop()
             await self.start()
 
+    async def set_txt(self, records: Mapping[str, str]) -> None:
+        """The TXT records from now on, one per name (a restart on the same port, as for SRV)."""
+        self.txt = dict(records)
+        if self.proc is not None:
+            await self.stop()
+            await self.start()
+
     # -- life --------------------------------------------------------------------------------------------
     def command(self) -> list[str]:
         """dnsmasq's command line (with the hosts file written): ``start`` runs it; a benchmark may run it
@@ -125,6 +137,8 @@ class DnsServer:
             args.append(f"--user={pwd.getpwuid(0).pw_name}")  # keep the rights to read the hosts file again
         for name, target, port in self.srv:
             args.append(f"--srv-host={name},{target},{port}")
+        for name, text in self.txt.items():
+            args.append(f"--txt-record={name},{text}")
         return args
 
     async def start(self) -> DnsServer:

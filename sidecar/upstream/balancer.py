@@ -15,10 +15,14 @@ The set of endpoints changes (:meth:`Balancer.update`: a name resolved again, a 
 stays keeps its state (outstanding attempts, cooldown, ejection); a new one starts fresh; one that left gets
 no new attempt (not even a probe) and *drains*: once its last outstanding attempt finished,
 ``on_drained(endpoint)`` tells its owner, who closes its connections (``upstream/discovery.py``).
+
+:class:`FittingPicker` is a request's picker when only some endpoints fit it at a time and the set changes
+under it (MongoDB's servers that fit a read preference, a primary elected): the balancer ranks those.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 from typing import Final
 
@@ -32,6 +36,9 @@ Rand = Callable[[], float]
 ACTIVE: Final = "active"
 EJECTED: Final = "ejected"
 DRAINING: Final = "draining"
+INF: Final = math.inf
+#: While nothing fits a request, how often the engine asks a :class:`FittingPicker` again (seconds).
+FITTING_POLL: Final = 0.02
 
 
 class Balancer(EndpointPicker):
@@ -192,3 +199,70 @@ class Balancer(EndpointPicker):
         a, b = pool[i], pool[j]
         out = self.outstanding
         return b if out.get(b, 0) < out.get(a, 0) else a
+
+
+class FittingPicker(EndpointPicker):
+    """One request's picker: ``fitting()`` says which endpoints fit it now, the ``balancer`` ranks them.
+    Fixed ``candidates`` (a pinned cursor or transaction) bypass ``fitting``. Results are not passed on to
+    outlier detection (``observe``): whoever says what fits already takes unusable endpoints out (MongoDB's
+    monitoring), and a replica set's primary cannot be ejected.
+
+    When nothing fits, the engine waits on its own timer (``ready_at``): a first attempt for up to
+    ``timeout`` (a driver's server selection loop; ``look`` is called once as the wait begins, to have the
+    set checked at once), a retry only with ``retries_wait`` (a replica set electing a primary; a router that
+    failed is not waited for)."""
+
+    __slots__ = ("balancer", "fitting", "timeout", "retries_wait", "look", "picked", "waiting_since")
+
+    def __init__(
+        self,
+        balancer: Balancer,
+        fitting: Callable[[], list[str]],
+        timeout: float = 0.0,
+        retries_wait: bool = False,
+        look: Callable[[], None] | None = None,
+    ) -> None:
+        self.balancer = balancer
+        self.fitting = fitting
+        self.timeout = timeout
+        self.retries_wait = retries_wait
+        self.look = look
+        self.picked = False  # an attempt went out: a later wait is a retry's
+        self.waiting_since = INF  # when the current wait for a fitting endpoint began (inf: none)
+
+    def pick(
+        self,
+        now: float,
+        rand: Rand,
+        candidates: Sequence[str] | None = None,
+        avoid: Collection[str] = (),
+        deprioritized: Collection[str] = (),
+    ) -> str | None:
+        pool = candidates if candidates is not None else self.fitting()
+        endpoint = self.balancer.pick(now, rand, pool, avoid, deprioritized)
+        if endpoint is not None:
+            self.waiting_since = INF
+            self.picked = True
+        return endpoint
+
+    def ready_at(self, now: float) -> float:
+        """Nothing fits (no primary during an election, every member unknown): the engine looks again in
+        ``FITTING_POLL`` seconds, for up to ``timeout``."""
+        if self.picked and not self.retries_wait:
+            return INF
+        if self.waiting_since == INF:
+            self.waiting_since = now
+            if self.look is not None:
+                self.look()
+        if now - self.waiting_since >= self.timeout:
+            return INF
+        return now + FITTING_POLL
+
+    def started(self, endpoint: str) -> None:
+        self.balancer.started(endpoint)
+
+    def finished(self, endpoint: str) -> None:
+        self.balancer.finished(endpoint)
+
+    def penalize(self, endpoint: str, now: float) -> None:
+        self.balancer.penalize(endpoint, now)

@@ -29,7 +29,11 @@ no server fits the command (no primary, no secondary)   133  FailedToSatisfyRead
 no connection to the upstream could be made             133  FailedToSatisfyReadPreference     SystemOverloadedError
 the upstream connection broke after the command went    9001 SocketException
 the upstream refused the sidecar's credentials          18   AuthenticationFailed
-the app tried to authenticate to the sidecar            18   AuthenticationFailed
+the app tried to log in to a listener without app_auth  18   AuthenticationFailed
+the app's login failed (after the full exchange)        18   AuthenticationFailed
+a command before the login (app_auth)                   13   Unauthorized
+an OP_QUERY whose document is not BSON                  22   InvalidBSON
+an OP_QUERY for anything but hello/isMaster             352  UnsupportedOpQueryCommand
 a command whose maxTimeMS cannot be set                 2    BadValue
 a bug in the sidecar while it carried the command        1    InternalError
 admission refused the command (request rate, tickets)   462  IngressRequestRateLimitExceeded   SystemOverloadedError,
@@ -57,10 +61,11 @@ from bson.raw_bson import RawBSONDocument
 from ...admission.refusal import Refusal
 from ...policy import Reason
 from ...runtime import Delivery
+from ...telemetry import RequestObserver
 from . import wire
 from .classify import OVERLOADED_LABEL, RETRYABLE_LABEL, RETRYABLE_WRITE_LABEL, Failure, labels_of
 from .commands import Command
-from .topology import Topology
+from .members import Members
 
 _KEEP_TYPES = CodecOptions(document_class=dict, tz_aware=True)
 STRIPPED = frozenset({RETRYABLE_LABEL, RETRYABLE_WRITE_LABEL})
@@ -115,6 +120,18 @@ def refusal_doc(refusal: Refusal) -> bytes:
     )
 
 
+class Refused:
+    """A command the door refused (an ``admit.Refuser``): the error document to reply with (code 462)."""
+
+    __slots__ = ("body",)
+
+    def __init__(self) -> None:
+        self.body: bytes | None = None
+
+    def refused(self, refusal: Refusal, obs: RequestObserver) -> None:
+        self.body = refusal_doc(refusal)
+
+
 def without_retry_labels(body: RawBSONDocument) -> bytes | None:
     """The body without ``RetryableError``/``RetryableWriteError``, or ``None`` when it has neither."""
     labels = body.get("errorLabels")
@@ -129,9 +146,15 @@ def without_retry_labels(body: RawBSONDocument) -> bytes | None:
     return bson.encode(doc)
 
 
-def hello_reply(request: Mapping[str, Any], facts: Mapping[str, Any], connection_id: int) -> bytes:
+def hello_reply(
+    request: Mapping[str, Any],
+    facts: Mapping[str, Any],
+    connection_id: int,
+    extra: Mapping[str, Any] | None = None,
+) -> bytes:
     """The sidecar's answer to ``hello``/``isMaster``: a mongos with the upstream's limits, no
-    ``topologyVersion`` (so drivers poll instead of streaming), no compression, no auth mechanisms."""
+    ``topologyVersion`` (so drivers poll instead of streaming); ``extra``: what this connection negotiated
+    (``compression``, ``saslSupportedMechs``, ``speculativeAuthenticate``)."""
     legacy = "hello" not in request
     doc: dict[str, Any] = {"ismaster" if legacy else "isWritablePrimary": True}
     if request.get("helloOk"):
@@ -149,6 +172,8 @@ def hello_reply(request: Mapping[str, Any], facts: Mapping[str, Any], connection
     )
     if facts.get("logicalSessionTimeoutMinutes") is not None:
         doc["logicalSessionTimeoutMinutes"] = facts["logicalSessionTimeoutMinutes"]
+    if extra:
+        doc.update(extra)
     doc["ok"] = 1.0
     return bson.encode(doc)
 
@@ -157,10 +182,54 @@ def ok_doc() -> bytes:
     return bson.encode({"ok": 1.0})
 
 
+_AUTH_REFUSED = (
+    "retry-sidecar does not authenticate applications: it authenticates to the upstream itself "
+    "(upstreams.<name>.auth). Connect to the sidecar without credentials."
+)
+
+
+def auth_refused_doc() -> bytes:
+    """The app tried to log in to a listener without ``app_auth``."""
+    return error_doc(18, "AuthenticationFailed", _AUTH_REFUSED)
+
+
+def auth_failed_doc() -> bytes:
+    """A login that failed, after the full exchange: the same whatever was wrong (mongod's words)."""
+    return error_doc(18, "AuthenticationFailed", "Authentication failed.")
+
+
+def unauthorized_doc(command: str) -> bytes:
+    """A command before a login, on a listener with ``app_auth``."""
+    return error_doc(13, "Unauthorized", f"command {command} requires authentication")
+
+
+def sasl_doc(conversation: int, done: bool, payload: bytes) -> dict[str, Any]:
+    """One step of a SASL exchange (the reply to saslStart/saslContinue, or hello's
+    ``speculativeAuthenticate``)."""
+    return {"conversationId": conversation, "done": done, "payload": bson.Binary(payload)}
+
+
+def sasl_reply(conversation: int, done: bool, payload: bytes) -> bytes:
+    return bson.encode({**sasl_doc(conversation, done, payload), "ok": 1.0})
+
+
+def invalid_query_doc(error: Exception) -> bytes:
+    """A legacy OP_QUERY whose framing held but whose document is not BSON."""
+    return error_doc(22, "InvalidBSON", f"the OP_QUERY document is not valid BSON: {error}")
+
+
+def unsupported_query_doc(name: str) -> bytes:
+    """A legacy OP_QUERY for anything but the handshake."""
+    return error_doc(
+        352, "UnsupportedOpQueryCommand", f"OP_QUERY is only accepted for hello/isMaster, not {name!r}"
+    )
+
+
 def for_finish(
-    topology: Topology, upstream: str, keep_labels: bool, cmd: Command, msg: wire.Msg, delivery: Delivery
+    members: Members, upstream: str, keep_labels: bool, cmd: Command, msg: wire.Msg, delivery: Delivery
 ) -> tuple[bytes | None, str | None]:
     """The body to send the app, and the error (for the request span) if it is not a success.
+    ``members``: the upstream's servers as monitoring sees them (to say why none fits);
     ``keep_labels``: the policy's ``final_error_labels: keep``."""
     f = delivery.finish
     payload = delivery.payload
@@ -173,7 +242,7 @@ def for_finish(
     if f.reason is Reason.INTERNAL:
         return error_doc(1, "InternalError", "retry-sidecar: internal error (logged)"), "internal-error"
     if f.reason is Reason.NO_ENDPOINT:
-        return no_server_doc(topology.describe_unselectable(cmd.read_preference)), "no-endpoint"
+        return no_server_doc(members.describe_unselectable(cmd.read_preference, upstream)), "no-endpoint"
     if payload is None:  # the attempt failed inside the sidecar (logged by the runtime)
         detail = f.outcome.detail if f.outcome is not None else f.reason.value
         return error_doc(1, "InternalError", f"retry-sidecar: {detail}"), detail

@@ -1,9 +1,12 @@
 """One attempt of a command at one upstream server (the runtime's ``Attempter``): set this attempt's
 ``maxTimeMS``, take a pooled connection, send, read the reply whole, classify it (``classify.py``) and report.
 
+Messages the sidecar passes on to every server without an engine (``endSessions``: the app already has its
+answer, nothing is retried) go out here too (:class:`PassOn`).
+
 A server that failed (unreachable, a broken connection, "not primary") is marked in the topology and the
 result reported at once: the engine decides, and a retry that finds no server fitting yet (an election) waits
-for one on the engine's own timer (``TopologyPicker.ready_at``), not hidden inside this attempt.
+for one on the engine's own timer (``upstream.balancer.FittingPicker.ready_at``), not hidden inside this attempt.
 """
 
 from __future__ import annotations
@@ -16,19 +19,17 @@ from typing import Any
 from bson.errors import InvalidBSON
 from bson.raw_bson import RawBSONDocument
 
-from ...policy import SUCCESS, Outcome, OutcomeClass, SendAttempt
+from ...policy import SendAttempt
 from ...policy.deadline import timeout_ms
 from ...runtime import AttemptContext, AttemptResult
 from ...telemetry.observer import RequestObserver
 from . import wire
-from .classify import Failure, classify_failure, classify_reply
+from .classify import Failure, classify_failure, classify_reply, classify_sent, server_changed
 from .commands import RAW, Command
+from .compression import NEVER
 from .patch import PatchError, set_number
 from .topology import Topology
 from .upstream import ConnectFailure, Pools
-
-#: Codes after which the server is no longer what the topology thinks (not primary, shutting down).
-_STATE_CHANGE = frozenset({10107, 13435, 13436, 189, 11602, 10058, 91, 11600})
 
 
 @dataclass(slots=True)
@@ -76,7 +77,7 @@ class Attempt:
             rid, message, max_time = self._message(sa)
         except PatchError as e:  # bson already read the body whole, so this is not expected
             f = Failure("request", f"cannot set maxTimeMS on this command: {e}")
-            return AttemptResult(Outcome(OutcomeClass.FATAL, detail=f.message), f)
+            return AttemptResult(classify_failure(f, cmd), f)
         pool = self.pools.get(sa.endpoint)
         try:
             conn = await pool.acquire()
@@ -86,11 +87,12 @@ class Attempt:
                 topology.mark_unknown(sa.endpoint, e.message)
             return AttemptResult(classify_failure(f, cmd), f)
         try:
+            compressible = cmd.name not in NEVER
             if self.msg.more_to_come:
-                await conn.send(message)
+                await conn.send(message, compressible)
                 pool.release(conn)
-                return AttemptResult(SUCCESS, None)
-            header, payload = await conn.roundtrip(message, rid)
+                return AttemptResult(classify_sent(), None)
+            header, payload = await conn.roundtrip(message, rid, compressible)
             reply = wire.parse_msg(payload, header)
             body = RawBSONDocument(reply.body, RAW)
             body.get("ok")  # inflate now: a malformed body is the connection's fault, not the app's
@@ -109,12 +111,48 @@ class Attempt:
             code = body.get("code")
             if code is not None:
                 self.obs.set_attempt_attribute(sa.attempt, "db.response.status_code", str(code))
-            if code in _STATE_CHANGE:
+            if server_changed(code):
                 topology.mark_unknown(sa.endpoint, f"answered code {code}")
         return AttemptResult(outcome, Reply(sa.endpoint, reply, body))
 
     def discard(self, payload: Any) -> None:
         pass  # replies are read whole and their connections already returned
+
+
+class PassOn:
+    """Passes a message on to servers in the background, each copy on a pooled connection of its own, for
+    at most ``timeout`` seconds; the replies are read and dropped, and a failure only closes its connection.
+    ``cancel`` (the listener stops) ends the ones still out."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def send(self, pools: Pools, endpoints: list[str], msg: wire.Msg) -> None:
+        loop = asyncio.get_running_loop()
+        for endpoint in endpoints:
+            task = loop.create_task(self._one(pools, endpoint, msg))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _one(self, pools: Pools, endpoint: str, msg: wire.Msg) -> None:
+        pool = pools.get(endpoint)
+        try:
+            conn = await pool.acquire()
+        except Exception:
+            return
+        rid = wire.next_request_id()
+        try:
+            async with asyncio.timeout(self.timeout):
+                await conn.roundtrip(wire.encode_msg(rid, 0, 0, msg.sections), rid, compressible=True)
+        except BaseException:
+            pool.discard(conn)
+            return
+        pool.release(conn)
+
+    def cancel(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
 
 
 def _describe(e: BaseException) -> str:

@@ -17,7 +17,12 @@ a retryable read error code to a retryable read            unavailable
 anything else                                              fatal               passed to the app unchanged
 connection or handshake to the upstream failed             connect-failure     nothing was sent
 the connection broke after the command was sent            reset / fatal       reset only if retryable read/write
+the sidecar could not prepare the command (``maxTimeMS``)   fatal
+a message that wants no reply (``moreToCome``) went out     success
 ========================================================  ==================  =================================
+
+Some errors also say the server is no longer what monitoring thinks (not primary, shutting down):
+:func:`server_changed`, after which the attempt marks it unknown.
 
 ``NoWritesPerformed`` on any failure sets ``prefer_previous``: if the request ends on it, the app gets the
 error of the attempt before (the Retryable Writes rule).
@@ -46,6 +51,8 @@ RETRYABLE_READ_CODES = frozenset(
 MAX_TIME_EXPIRED = 50
 #: "not primary": the server refused the command before running it, so any command may go elsewhere.
 NOT_PRIMARY_CODES = frozenset({10107, 13435, 10058})
+#: Codes after which the server is no longer what the topology thinks (not primary, shutting down).
+STATE_CHANGE_CODES = frozenset({10107, 13435, 13436, 189, 11602, 10058, 91, 11600})
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +107,19 @@ def classify_reply(doc: Mapping[str, Any], cmd: Command, max_time_sent: bool) ->
     )
 
 
+def classify_sent() -> Outcome:
+    """A message that wants no reply (``moreToCome``) went out whole: that is its success."""
+    return Outcome(C.SUCCESS)
+
+
+def server_changed(code: object) -> bool:
+    """An error ``code`` that says the server is no longer what monitoring thinks."""
+    return code in STATE_CHANGE_CODES
+
+
 def classify_failure(failure: Failure, cmd: Command) -> Outcome:
+    if failure.stage == "request":
+        return Outcome(C.FATAL, detail=failure.message)
     if failure.stage == "connect":
         # Drivers label a refused or dropped connection attempt SystemOverloadedError (an ingress
         # connection rate limiter closes it before the handshake): the same here.

@@ -17,6 +17,10 @@ Two timers (:class:`Limits`): a connection with nothing in progress (no request,
 ``idle_timeout`` is closed quietly, as a driver's pool expects of a server; a message whose first bytes
 arrived must be complete within ``message_timeout``, else the connection is closed with a log line naming
 the peer (a stalled or trickling client would otherwise hold its buffer forever).
+
+The connection's life is one explicit :class:`AppState` (h11-style): what it is doing with messages
+(:class:`Phase`) and whether the socket is read (:class:`Intake`); only the connection changes it, through
+the state's own transitions, and a transition the machine does not have raises ``InvalidTransition``.
 """
 
 from __future__ import annotations
@@ -26,17 +30,20 @@ import collections
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
+from enum import IntEnum
 
 from ...buffer_budget import BufferBudget
 from ..connections import Connections
+from ..transitions import InvalidTransition
 from . import wire
 from .commands import CommandError
+from .login import Login
 from .patch import PatchError
 
 log = logging.getLogger("sidecar.mongo")
 
-#: (connection id, the app's address, header, payload) -> the reply to write (``None``: none)
-Handler = Callable[[int, str, wire.Header, bytes], Awaitable[bytes | None]]
+#: (the connection, header, payload) -> the reply to write (``None``: none)
+Handler = Callable[["AppConnection", wire.Header, bytes], Awaitable[bytes | None]]
 _QUEUE_LIMIT = 16
 _BAD_INPUT = (wire.ProtocolError, CommandError, PatchError)
 
@@ -50,6 +57,127 @@ class Limits:
     message_timeout: float
 
 
+class Phase(IntEnum):
+    """What an app connection is doing with the app's messages::
+
+    IDLE ──begin──► BUSY ──answered──► IDLE
+      │               └──finish──► LAST ──answered──► CLOSING
+      └──finish──────────────────────────────────────► CLOSING
+    CLOSED   (lost: from any state; an answer still winding down then ends quietly)
+    """
+
+    IDLE = 0  # open; no message being answered
+    BUSY = 1  # a message is being answered
+    LAST = 2  # a message is being answered, and the connection closes once it is out (a drain)
+    CLOSING = 3  # nothing in progress, no message taken any more: the transport is being closed
+    CLOSED = 4  # the transport is gone
+
+
+class Intake(IntEnum):
+    """Whether the connection reads its socket::
+
+    READING ──fill──► FULL ──drained──► READING
+       │                └─starve─┐
+       └──starve──► STARVED ◄────┘ ──granted──► READING or FULL
+    """
+
+    READING = 0
+    FULL = 1  # ``_QUEUE_LIMIT`` messages wait: reading stops until half of them are answered
+    STARVED = 2  # a message's bytes do not fit the buffer budget: reading stops until they are reserved
+
+
+class AppState:
+    """One app connection's state; :class:`AppConnection` is its only owner. ``ticket``: the buffer
+    budget's ticket while STARVED (``None`` until the budget gave one)."""
+
+    __slots__ = ("phase", "intake", "ticket")
+
+    def __init__(self) -> None:
+        self.phase = Phase.IDLE
+        self.intake = Intake.READING
+        self.ticket: int | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.phase is Phase.BUSY or self.phase is Phase.LAST
+
+    @property
+    def closed(self) -> bool:
+        return self.phase is Phase.CLOSED
+
+    @property
+    def paused(self) -> bool:
+        """Reading stopped (queue full or budget starved)."""
+        return self.intake is not Intake.READING
+
+    def _refuse(self, event: str, state: IntEnum) -> InvalidTransition:
+        return InvalidTransition("mongodb app connection", state.name.lower(), event)
+
+    # -- the messages --------------------------------------------------------------------------------
+    def begin(self) -> None:
+        """A message is taken to be answered."""
+        if self.phase is not Phase.IDLE:
+            raise self._refuse("begin", self.phase)
+        self.phase = Phase.BUSY
+
+    def answered(self) -> Phase:
+        """The message in progress was answered (or cut short): the phase now (CLOSING: close the
+        transport)."""
+        if self.phase is Phase.BUSY:
+            self.phase = Phase.IDLE
+        elif self.phase is Phase.LAST:
+            self.phase = Phase.CLOSING
+        elif self.phase is not Phase.CLOSED:
+            raise self._refuse("answered", self.phase)
+        return self.phase
+
+    def finish(self) -> None:
+        """Take no new message; close once the one in progress, if any, is answered."""
+        if self.phase is Phase.IDLE:
+            self.phase = Phase.CLOSING
+        elif self.phase is Phase.BUSY:
+            self.phase = Phase.LAST
+
+    def lost(self) -> int | None:
+        """The transport is gone; the budget ticket to cancel, if reading waited for one."""
+        if self.phase is Phase.CLOSED:
+            raise self._refuse("lost", self.phase)
+        self.phase = Phase.CLOSED
+        ticket, self.ticket = self.ticket, None
+        return ticket
+
+    # -- reading -------------------------------------------------------------------------------------
+    def fill(self) -> None:
+        """The queue reached its limit."""
+        if self.intake is not Intake.READING:
+            raise self._refuse("fill", self.intake)
+        self.intake = Intake.FULL
+
+    def drained(self) -> None:
+        """The queue fell to half its limit."""
+        if self.intake is not Intake.FULL:
+            raise self._refuse("drained", self.intake)
+        self.intake = Intake.READING
+
+    def starve(self) -> None:
+        """A message's reservation did not fit the budget: reading waits for it."""
+        if self.intake is Intake.STARVED:
+            raise self._refuse("starve", self.intake)
+        self.intake = Intake.STARVED
+
+    def waiting(self, ticket: int) -> None:
+        """The budget's ticket for the wait (unless it granted at once)."""
+        if self.intake is Intake.STARVED and self.phase is not Phase.CLOSED:
+            self.ticket = ticket
+
+    def granted(self, full: bool) -> None:
+        """The budget reserved the message's bytes; ``full``: the queue is still at its limit."""
+        if self.intake is not Intake.STARVED:
+            raise self._refuse("granted", self.intake)
+        self.intake = Intake.FULL if full else Intake.READING
+        self.ticket = None
+
+
 class AppConnection(asyncio.Protocol):
     def __init__(
         self,
@@ -60,8 +188,10 @@ class AppConnection(asyncio.Protocol):
         connections: Connections[AppConnection],
         budget: BufferBudget,
         on_closed: Callable[[], None] = lambda: None,
+        login: Login | None = None,
     ) -> None:
         self.conn_id = conn_id
+        self.login = login  # the app's own login (app_auth), driven by the listener
         self.handler = handler
         self.limits = limits
         self.max_size = limits.max_size
@@ -69,11 +199,9 @@ class AppConnection(asyncio.Protocol):
         self.connections = connections
         self.on_closed = on_closed  # the listener may accept another connection
         self.budget = budget
+        self.state = AppState()
         self.reserved = 0  # bytes reserved for the message being read
         self.held = 0  # bytes reserved for messages read and not yet answered
-        self.ticket: int | None = None  # waiting for room in the budget
-        self.starved = False  # reading stopped until the budget has room
-        self.reading_paused = False
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.host = ""  # the app's IP address (admission's exempt_cidrs)
@@ -82,12 +210,16 @@ class AppConnection(asyncio.Protocol):
         self.wakeup: asyncio.Future[None] | None = None
         self.writable: asyncio.Future[None] | None = None
         self.task: asyncio.Task[None] | None = None
-        self.busy = False
-        self.closed = False
-        self.closing = False  # close once the answer in progress is out (a drain)
-        self.paused = False
         self.idle_timer: asyncio.TimerHandle | None = None
         self.message_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.state.busy
+
+    @property
+    def closed(self) -> bool:
+        return self.state.closed
 
     # -- asyncio.Protocol ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -108,8 +240,9 @@ class AppConnection(asyncio.Protocol):
 
     def _frame(self) -> None:
         buf = self.buffer
+        state = self.state
         framed = False
-        while len(buf) >= wire.HEADER_SIZE and not self.closed:
+        while len(buf) >= wire.HEADER_SIZE and not state.closed:
             try:
                 header = wire.parse_header(buf, self.max_size)
             except wire.ProtocolError as e:
@@ -128,47 +261,43 @@ class AppConnection(asyncio.Protocol):
         if framed and self.message_timer is not None:
             self.message_timer.cancel()
             self.message_timer = None
-        if buf and self.message_timer is None and not self.closed:
+        if buf and self.message_timer is None and not state.closed:
             self.message_timer = asyncio.get_running_loop().call_later(
                 self.limits.message_timeout, self._message_expired
             )
-        if len(self.queue) >= _QUEUE_LIMIT and not self.paused:
-            self.paused = True
-            self._reading()
+        if len(self.queue) >= _QUEUE_LIMIT and state.intake is Intake.READING:
+            self._pause(state.fill)
         self._wake()
 
     def _reserve(self, n: int) -> bool:
         """Reserve the message's ``n`` bytes; when they do not fit, stop reading until they do."""
-        if self.ticket is not None:
+        state = self.state
+        if state.intake is Intake.STARVED:
             return False
         if self.budget.reserve(n):
             self.reserved = n
             return True
-        self.starved = True
-        self.ticket = -1  # wait() may grant at once
-        ticket = self.budget.wait(n, lambda: self._granted(n))
-        if self.ticket is None:
-            return True
-        self.ticket = ticket
-        self._reading()
-        return False
+        self._pause(state.starve)
+        state.waiting(self.budget.wait(n, lambda: self._granted(n)))
+        return state.intake is not Intake.STARVED  # granted at once
 
     def _granted(self, n: int) -> None:
-        self.ticket = None
-        self.starved = False
-        if self.closed:
+        state = self.state
+        if state.closed:
             self.budget.release(n)
             return
         self.reserved = n
-        self._reading()
+        self._pause(lambda: state.granted(len(self.queue) >= _QUEUE_LIMIT))
         if self.transport is not None:
             self._frame()
 
-    def _reading(self) -> None:
-        want = self.paused or self.starved
-        if want != self.reading_paused and self.transport is not None and not self.closed:
-            self.reading_paused = want
-            if want:
+    def _pause(self, transition: Callable[[], None]) -> None:
+        """Carry out an intake transition, pausing or resuming the transport when reading changes."""
+        state = self.state
+        before = state.paused
+        transition()
+        if state.paused != before and self.transport is not None and not state.closed:
+            if state.paused:
                 self.transport.pause_reading()
             else:
                 self.transport.resume_reading()
@@ -188,19 +317,19 @@ class AppConnection(asyncio.Protocol):
         return False  # close: drivers never half-close and wait for an answer
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        busy = self.state.busy
+        ticket = self.state.lost()
         self.connections.discard(self)
         self.on_closed()
-        if self.ticket is not None and self.ticket >= 0:
-            self.budget.cancel(self.ticket)
-        self.ticket = None
+        if ticket is not None:
+            self.budget.cancel(ticket)
         held, self.held, self.reserved = self.held + self.reserved, 0, 0
         if held:
             self.budget.release(held)
         for timer in (self.idle_timer, self.message_timer):
             if timer is not None:
                 timer.cancel()
-        if self.busy and self.task is not None:
+        if busy and self.task is not None:
             self.task.cancel()  # the app is gone: stop the request's attempts
         self._wake()
         if self.writable is not None and not self.writable.done():
@@ -221,10 +350,11 @@ class AppConnection(asyncio.Protocol):
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        state = self.state
         try:
             while True:
-                while not self.queue:
-                    if self.closed:
+                while not self.queue or state.phase is not Phase.IDLE:
+                    if state.phase is Phase.CLOSED or state.phase is Phase.CLOSING:
                         return
                     if not self.buffer and self.idle_timer is None:
                         self.idle_timer = loop.call_later(self.limits.idle_timeout, self._idle_expired)
@@ -232,27 +362,26 @@ class AppConnection(asyncio.Protocol):
                     await self.wakeup
                     self.wakeup = None
                 header, payload = self.queue.popleft()
-                if self.paused and len(self.queue) < _QUEUE_LIMIT // 2:
-                    self.paused = False
-                    self._reading()
-                self.busy = True
+                if state.intake is Intake.FULL and len(self.queue) < _QUEUE_LIMIT // 2:
+                    self._pause(state.drained)
+                state.begin()
                 try:
-                    out = await self.handler(self.conn_id, self.host, header, payload)
+                    out = await self.handler(self, header, payload)
                 finally:
-                    self.busy = False
+                    phase = state.answered()
                     del payload
                     self._answered(header.length)
-                if out and not self.closed and self.transport is not None:
+                if out and not state.closed and self.transport is not None:
                     self.transport.write(out)
                     if self.writable is not None:
                         await self.writable
-                if self.closing:
+                if phase is Phase.CLOSING:
                     self.close()
                 self.connections.idle(self)
         except _BAD_INPUT as e:
             self.refuse(e)
         except asyncio.CancelledError:
-            if not self.closed:
+            if not state.closed:
                 raise
         except Exception:  # a bug of ours: this connection ends, the listener goes on
             log.exception(
@@ -262,7 +391,7 @@ class AppConnection(asyncio.Protocol):
 
     def _idle_expired(self) -> None:
         self.idle_timer = None
-        if not self.busy and not self.queue and not self.buffer:
+        if not self.state.busy and not self.queue and not self.buffer:
             log.debug(
                 "mongodb listener %s: closing the connection from %s: idle for %gs",
                 self.listener,
@@ -298,7 +427,7 @@ class AppConnection(asyncio.Protocol):
         self.close()
 
     def close_after_answer(self) -> None:
-        self.closing = True
+        self.state.finish()
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():

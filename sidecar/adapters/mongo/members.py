@@ -113,6 +113,21 @@ class Members:
         self.primary = best.endpoint
         return stale
 
+    def reseed(self, seeds: Sequence[str]) -> list[str]:
+        """A new seed list (a mongodb+srv:// record read again): servers added are unknown until monitored;
+        seeds that left, and are not members a replica set reported, are forgotten. The ones forgotten."""
+        gone = [e for e in self.seeds if e not in seeds]
+        self.seeds = list(seeds)
+        for e in seeds:
+            self.servers.setdefault(e, ServerState(e))
+        if self.replica_set is None:
+            for e in gone:
+                self.servers.pop(e, None)
+        else:
+            gone = []
+        self._choose_primary()
+        return gone
+
     # -- selection -------------------------------------------------------------------------------------
     def eligible(self, rp: ReadPreference) -> list[str]:
         if self.replica_set is None:

@@ -1,12 +1,14 @@
 """One command from the app, carried to the upstream under the policy: routing (read preference, cursor and
 transaction pins), the engine driven to its finish through ``attempt.py``, the pins it leaves, and the app's
-answer (``answer.py``).
+answer (``answer.py``). ``endSessions`` is answered at once and passed on to every server
+(:func:`end_sessions`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from functools import partial
 
 from bson.raw_bson import RawBSONDocument
 
@@ -15,14 +17,15 @@ from ...admission.refusal import Refusal
 from ...admit import Begun, Way, enter, ticket_refusal
 from ...runtime import Delivery, drive
 from ...services import CompiledPolicy, Services, UpstreamRuntime
-from ...telemetry import RequestObserver
+from ...upstream.balancer import FittingPicker
 from . import wire
-from .answer import for_finish, refusal_doc
-from .attempt import Attempt, Reply
+from .answer import Refused, for_finish, ok_doc, refusal_doc
+from .attempt import Attempt, PassOn, Reply
 from .commands import Command
+from .login import AppUser
 from .pinning import Pins
-from .topology import Topology, TopologyPicker
-from .upstream import Pools
+from .topology import Topology
+from .upstream import Logins
 
 _CURSOR_REPLIES = frozenset({"find", "aggregate", "getMore", "listCollections", "listIndexes"})
 #: Commands neither the door nor the ticket gate limits (the seed's kExempt: they keep the system observable
@@ -38,31 +41,32 @@ class Shared:
     name: str
     runtime: UpstreamRuntime
     topology: Topology
-    pools: Pools
+    logins: Logins  # the upstream pools of each login
     pins: Pins
     policy: CompiledPolicy
     services: Services
     listener: str
     server_selection_timeout: float
     way: Way  # the listener's way in (``admit.py``)
+    passing: PassOn  # messages passed on to every server (endSessions)
 
     @property
     def keep_labels(self) -> bool:
         return self.policy.config.final_error_labels == "keep"
 
 
-async def forward(up: Shared, msg: wire.Msg, cmd: Command, client: str) -> bytes | None:
-    """Carry one command from ``client`` (its IP address); return the reply's body to send the app
-    (``None``: no reply)."""
+async def forward(up: Shared, msg: wire.Msg, cmd: Command, client: str, user: AppUser | None) -> bytes | None:
+    """Carry one command from ``client`` (its IP address), as ``user`` (who logged in to the listener;
+    ``None``: the upstream's own identity); return the reply's body to send the app (``None``: no reply)."""
     arrival = asyncio.get_running_loop().time()
-    refuser = _Refuser()
+    refuser = Refused()
     begun = await _enter(up, cmd, client, arrival, refuser)
     if begun is None:
         return refuser.body  # refused at the door: code 462, overloaded and retryable
     obs = begun.obs
     with obs:
         delivery = await drive(
-            begun.call, Attempt(up.pools, up.topology, cmd, msg, obs), obs, gate=begun.gate
+            begun.call, Attempt(up.logins.of(user), up.topology, cmd, msg, obs), obs, gate=begun.gate
         )
         refusal = ticket_refusal(delivery.finish, delivery.payload)
         if refusal is not None and not msg.more_to_come:
@@ -72,12 +76,12 @@ async def forward(up: Shared, msg: wire.Msg, cmd: Command, client: str) -> bytes
         if isinstance(delivery.payload, Refusal):  # the app's deadline ended it (or it wants no reply)
             delivery = Delivery(delivery.finish, None)
         _remember(up, cmd, delivery, arrival)
-        body, error = for_finish(up.topology, up.name, up.keep_labels, cmd, msg, delivery)
+        body, error = for_finish(up.topology.members, up.name, up.keep_labels, cmd, msg, delivery)
         obs.end(error)
         return body
 
 
-async def _enter(up: Shared, cmd: Command, client: str, arrival: float, refuser: _Refuser) -> Begun | None:
+async def _enter(up: Shared, cmd: Command, client: str, arrival: float, refuser: Refused) -> Begun | None:
     """The command's way in: its deadline (``maxTimeMS``; without it the policy's default is the sidecar's
     own bound, counted from arrival: the command came whole), its pins (a cursor's or a transaction's
     endpoint), hedging only for retryable reads, servers that fit its read preference."""
@@ -114,26 +118,24 @@ async def _enter(up: Shared, cmd: Command, client: str, arrival: float, refuser:
         if policy.engine.hedging is not None and not cmd.retryable_read
         else None,
         max_attempts=max_attempts,
-        picker=TopologyPicker(
+        picker=FittingPicker(
             up.runtime.balancer,
-            lambda: topology.eligible(rp),
+            partial(topology.eligible, rp),
             up.server_selection_timeout,
             retries_wait=topology.replica_set is not None,
-            check=topology.request_check,
+            look=topology.request_check,
         ),
     )
 
 
-class _Refuser:
-    """A command the door refused (an ``admit.Refuser``): the error document to reply with (code 462)."""
-
-    __slots__ = ("body",)
-
-    def __init__(self) -> None:
-        self.body: bytes | None = None
-
-    def refused(self, refusal: Refusal, obs: RequestObserver) -> None:
-        self.body = refusal_doc(refusal)
+def end_sessions(up: Shared, msg: wire.Msg, body: RawBSONDocument, user: AppUser | None) -> bytes:
+    """Answer ``endSessions`` at once; forget the sessions' transaction pins; tell every reachable server,
+    as the user whose sessions they are."""
+    ids = body.get("endSessions")
+    if isinstance(ids, list):
+        up.pins.sessions_ended(d.raw for d in ids if isinstance(d, RawBSONDocument))
+    up.passing.send(up.logins.of(user), [e for e, state in up.topology.servers.items() if state.up], msg)
+    return ok_doc()
 
 
 def _remember(up: Shared, cmd: Command, delivery: Delivery, now: float) -> None:

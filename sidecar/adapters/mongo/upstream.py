@@ -1,5 +1,6 @@
 """Connections to upstream servers: connect (TLS optional), handshake with ``backpressure: true``, SCRAM
-authentication, one command at a time; and a pool of them per endpoint.
+authentication, one command at a time; a pool of them per endpoint; and a set of pools per login
+(:class:`Logins`: each app user's commands go upstream over connections logged in as that user).
 
 Every failure to get a ready connection is a :class:`ConnectFailure` (stage ``connect``: nothing was sent;
 stage ``auth``: the upstream refused the sidecar's credentials). Failures after a command went out are
@@ -13,7 +14,7 @@ import collections
 import logging
 import platform
 import ssl
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from bson.raw_bson import RawBSONDocument
 
 from ... import __version__
 from ...config.schema import AuthConfig, TlsConfig, UpstreamConfig
-from . import wire
+from . import compression, wire
 from .scram import ScramClient, ScramFailure
 
 log = logging.getLogger("sidecar.mongo.upstream")
@@ -65,15 +66,23 @@ class Settings:
     tls: ssl.SSLContext | None
     server_name: str | None
     auth: AuthConfig | None
+    compressors: tuple[str, ...] = ()  # offered to the upstream in each handshake, in this order
+    zlib_level: int = -1
+    #: where to connect for a member ``(host, port)`` (a mongodb+srv:// upstream's members are names
+    #: resolved through the sidecar's resolver: ``seeds.SrvSeeds.address``); ``None``: the host as written
+    address: Callable[[str, int], Awaitable[str]] | None = None
 
     @classmethod
     def from_config(cls, cfg: UpstreamConfig) -> Settings:
+        u = cfg.mongo_uri
         return cls(
             connect_timeout=cfg.connect_timeout,
             max_connections=cfg.max_connections,
             tls=ssl_context(cfg.tls),
             server_name=cfg.tls.server_name if cfg.tls is not None else None,
             auth=cfg.auth,
+            compressors=tuple(cfg.compressors),
+            zlib_level=u.zlib_level if u is not None else -1,
         )
 
 
@@ -85,7 +94,16 @@ def split(endpoint: str) -> tuple[str, int]:
 class Connection:
     """One upstream connection, used by one request at a time."""
 
-    __slots__ = ("endpoint", "reader", "writer", "hello", "generation", "idle_since")
+    __slots__ = (
+        "endpoint",
+        "reader",
+        "writer",
+        "hello",
+        "generation",
+        "idle_since",
+        "compressor",
+        "zlib_level",
+    )
 
     def __init__(self, endpoint: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.endpoint = endpoint
@@ -94,6 +112,8 @@ class Connection:
         self.hello: Mapping[str, Any] = {}
         self.generation = 0
         self.idle_since = 0.0  # loop time it went back to its pool
+        self.compressor: str | None = None  # agreed in the handshake (compression.py)
+        self.zlib_level = -1
 
     @property
     def closed(self) -> bool:
@@ -102,13 +122,22 @@ class Connection:
     def close(self) -> None:
         self.writer.close()
 
-    async def send(self, message: bytes) -> None:
-        self.writer.write(message)
+    def _packed(self, message: bytes, compressible: bool) -> bytes:
+        if compressible and self.compressor is not None:
+            return compression.wrap(message, self.compressor, self.zlib_level)
+        return message
+
+    async def send(self, message: bytes, compressible: bool = False) -> None:
+        self.writer.write(self._packed(message, compressible))
         await self.writer.drain()
 
-    async def roundtrip(self, message: bytes, request_id: int) -> tuple[wire.Header, bytes]:
-        """Send a command and read its reply (an OP_MSG answering ``request_id``)."""
-        self.writer.write(message)
+    async def roundtrip(
+        self, message: bytes, request_id: int, compressible: bool = False
+    ) -> tuple[wire.Header, bytes]:
+        """Send a command (compressed when the handshake agreed a compressor and ``compressible``: not a
+        command the spec never compresses) and read its reply (an OP_MSG answering ``request_id``,
+        inflated when it came compressed)."""
+        self.writer.write(self._packed(message, compressible))
         await self.writer.drain()
         return await self.read_reply(request_id)
 
@@ -116,6 +145,8 @@ class Connection:
         head = await self.reader.readexactly(wire.HEADER_SIZE)
         header = wire.parse_header(head, MAX_REPLY)
         payload = await self.reader.readexactly(header.length - wire.HEADER_SIZE)
+        if header.op_code == wire.OP_COMPRESSED:
+            header, payload, _ = compression.unwrap(header, payload, MAX_REPLY, compression.ALL)
         if header.response_to != request_id:
             raise wire.ProtocolError(f"reply answers request {header.response_to}, expected {request_id}")
         if header.op_code != wire.OP_MSG:
@@ -132,21 +163,28 @@ class Connection:
         return RawBSONDocument(msg.body, RAW)
 
 
-def hello_command(handshake: bool) -> dict[str, Any]:
+def hello_command(handshake: bool, compressors: tuple[str, ...] = ()) -> dict[str, Any]:
     cmd: dict[str, Any] = {"hello": 1, "helloOk": True, "backpressure": True}
     if handshake:
         cmd["client"] = CLIENT_METADATA
+        if compressors:
+            cmd["compression"] = list(compressors)
     cmd["$db"] = "admin"
     return cmd
 
 
-async def connect(endpoint: str, settings: Settings) -> Connection:
-    """A ready connection: TCP (+TLS), ``hello`` with ``backpressure: true``, SCRAM when configured."""
+async def connect(endpoint: str, settings: Settings, auth: AuthConfig | None = None) -> Connection:
+    """A ready connection: TCP (+TLS), ``hello`` with ``backpressure: true``, SCRAM as ``auth`` (default:
+    the upstream's own login, ``settings.auth``)."""
+    auth = settings.auth if auth is None else auth
     host, port = split(endpoint)
     try:
         async with asyncio.timeout(settings.connect_timeout):
+            where = host
+            if settings.address is not None:
+                where = split(await settings.address(host, port))[0]
             reader, writer = await asyncio.open_connection(
-                host,
+                where,
                 port,
                 ssl=settings.tls,
                 server_hostname=(settings.server_name or host) if settings.tls is not None else None,
@@ -158,11 +196,14 @@ async def connect(endpoint: str, settings: Settings) -> Connection:
     conn = Connection(endpoint, reader, writer)
     try:
         async with asyncio.timeout(settings.connect_timeout):
-            conn.hello = await conn.command(hello_command(handshake=True))
+            conn.hello = await conn.command(hello_command(handshake=True, compressors=settings.compressors))
             if conn.hello.get("ok") != 1:
                 raise ConnectFailure("connect", f"hello to {endpoint} failed: {conn.hello.get('errmsg')}")
-            if settings.auth is not None:
-                await authenticate(conn, settings.auth)
+            agreed = compression.negotiate(settings.compressors, conn.hello.get("compression"))
+            conn.compressor = agreed[0] if agreed else None
+            conn.zlib_level = settings.zlib_level
+            if auth is not None:
+                await authenticate(conn, auth)
     except TimeoutError:
         conn.close()
         raise ConnectFailure("connect", f"handshake with {endpoint} timed out") from None
@@ -227,9 +268,10 @@ class Pool:
     """Idle connections to one endpoint, at most ``max_connections`` open (waiters queue). The most recently
     used is taken first, so the ones a burst opened age at the other end and ``sweep`` closes them."""
 
-    def __init__(self, endpoint: str, settings: Settings) -> None:
+    def __init__(self, endpoint: str, settings: Settings, auth: AuthConfig | None = None) -> None:
         self.endpoint = endpoint
         self.settings = settings
+        self.auth = auth
         self.idle: collections.deque[Connection] = collections.deque()
         self.slots = asyncio.Semaphore(settings.max_connections)
         self.generation = 0
@@ -243,7 +285,7 @@ class Pool:
                 if not conn.closed and conn.generation == self.generation:
                     return conn
                 conn.close()
-            conn = await connect(self.endpoint, self.settings)
+            conn = await connect(self.endpoint, self.settings, self.auth)
             conn.generation = self.generation
             return conn
         except BaseException:
@@ -282,20 +324,70 @@ class Pool:
 
 
 class Pools:
-    def __init__(self, settings: Settings) -> None:
+    """One login's pools, one per endpoint (``auth``: ``None`` is the upstream's own login, if any)."""
+
+    def __init__(self, settings: Settings, auth: AuthConfig | None = None) -> None:
         self.settings = settings
+        self.auth = auth
         self._pools: dict[str, Pool] = {}
 
     def get(self, endpoint: str) -> Pool:
         pool = self._pools.get(endpoint)
         if pool is None:
-            pool = self._pools[endpoint] = Pool(endpoint, self.settings)
+            pool = self._pools[endpoint] = Pool(endpoint, self.settings, self.auth)
         return pool
 
     def sweep(self, now: float, idle_timeout: float) -> None:
         for p in self._pools.values():
             p.sweep(now, idle_timeout)
 
+    def drop(self, endpoint: str) -> None:
+        """The endpoint left (a router no longer in its SRV record): its idle connections close now, the
+        ones in use once their command is answered (drained)."""
+        pool = self._pools.pop(endpoint, None)
+        if pool is not None:
+            pool.close()
+
     def close(self) -> None:
         for p in self._pools.values():
+            p.close()
+
+
+class Logins:
+    """The pools of every login the sidecar uses upstream: the upstream's own (``settings.auth``; none
+    without credentials), and one per app user who logged in to the listener (``app_auth``), logged in
+    upstream as that same user with the same mechanism, so that the server's own authorization applies.
+    An upstream without a login has one set of pools for everyone: there is nobody to log in as."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.own = Pools(settings)
+        self._users: dict[tuple[str, str], Pools] = {}
+
+    def of(self, user: Any) -> Pools:
+        """The pools for an app user (``login.AppUser``; ``None``: the upstream's own identity)."""
+        own = self.settings.auth
+        if user is None or own is None:
+            return self.own
+        pools = self._users.get(user.key)
+        if pools is None:
+            auth = AuthConfig(
+                username=user.username, password=user.password, source=user.source, mechanism=own.mechanism
+            )
+            pools = self._users[user.key] = Pools(self.settings, auth)
+        return pools
+
+    def all(self) -> list[Pools]:
+        return [self.own, *self._users.values()]
+
+    def sweep(self, now: float, idle_timeout: float) -> None:
+        for p in self.all():
+            p.sweep(now, idle_timeout)
+
+    def drop(self, endpoint: str) -> None:
+        for p in self.all():
+            p.drop(endpoint)
+
+    def close(self) -> None:
+        for p in self.all():
             p.close()

@@ -6,7 +6,7 @@ What the sidecar reads and writes:
   the request id, the flags it passes on and the checksum are its own; the sections are copied byte for byte.
 * ``OP_QUERY`` (2004) and ``OP_REPLY`` (1): only the legacy ``isMaster`` handshake that old drivers start
   with, which the sidecar answers itself.
-* ``OP_COMPRESSED`` (2012) is recognised and refused: the sidecar offers no compression.
+* ``OP_COMPRESSED`` (2012): its header is framed here; ``compression.py`` unwraps and wraps it.
 
 Documents are BSON; :mod:`bson` (pymongo's) encodes and decodes them. This module only checks that each
 document's length prefix and terminator are where the framing says, so that a malformed message is refused

@@ -16,6 +16,9 @@ async def _main(args: argparse.Namespace) -> None:
     server = MongoTestServer(
         args.role, host=args.host, port=args.port, set_name=args.set_name, record=args.record
     )
+    for spec in args.user or ():
+        name, _, password = spec.partition(":")
+        server.add_user(name, password)
     await server.start()
     print(f"listening on {server.endpoint}", flush=True)
     stop = asyncio.Event()
@@ -34,6 +37,9 @@ def main() -> None:
     p.add_argument("--set-name", default=None)
     p.add_argument("--no-uvloop", action="store_true")
     p.add_argument("--record", action="store_true", help="keep a log of every command (grows without bound)")
+    p.add_argument(
+        "--user", action="append", metavar="NAME:PASSWORD", help="a user who must log in (repeatable)"
+    )
     args = p.parse_args()
     if not args.no_uvloop:
         try:

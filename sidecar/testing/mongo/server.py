@@ -3,8 +3,10 @@
 It speaks OP_MSG (and the legacy OP_QUERY handshake), answers ``hello`` in its role (standalone, mongos,
 replica-set primary or secondary), runs CRUD on in-memory collections, deduplicates retried writes, keeps
 enough transaction state to notice a statement sent to the wrong server, authenticates with SCRAM, and obeys
-the ``failCommand`` fail point. Every command it receives is logged with a timestamp, so tests count upstream
-attempts and measure the gaps between them.
+the ``failCommand`` fail point. Users have roles (``read``: reads only; ``readWrite``: everything), checked
+as mongod would (code 13 for a command the role does not allow). Every command it receives is logged with a
+timestamp and the user its connection logged in as, so tests count upstream attempts, measure the gaps
+between them and see who ran what.
 
     server = MongoTestServer(role="mongos")
     await server.start()
@@ -27,7 +29,7 @@ import bson
 from bson import CodecOptions
 from bson.objectid import ObjectId
 
-from ...adapters.mongo import wire
+from ...adapters.mongo import compression, wire
 from .admission import REJECTION, IngressRateLimiter
 from .failpoints import FailCommand, FailPointError
 from .handlers import (
@@ -61,6 +63,8 @@ class LoggedCommand:
     body: Doc
     connection: int
     sequences: dict[str, list[Doc]] = field(default_factory=dict)
+    user: str | None = None  # who the connection logged in as
+    compressor: str | None = None  # the message came in OP_COMPRESSED with this compressor
 
 
 class MongoTestServer:
@@ -78,6 +82,7 @@ class MongoTestServer:
         tags: Mapping[str, str] | None = None,
         storage: Storage | None = None,
         record: bool = True,
+        compressors: tuple[str, ...] = ("zstd", "snappy", "zlib"),
     ) -> None:
         """``record=False``: keep no command log (benchmarks, the demo: the log grows with every command)."""
         if role not in ROLES:
@@ -91,12 +96,14 @@ class MongoTestServer:
         self.election_id = ObjectId()
         self.set_version = 1
         self.tags = dict(tags or {})
+        self.compressors = compressors  # what it agrees to in a hello (OP_COMPRESSED)
         self.ssl_context = ssl_context
         self.max_wire_version = max_wire_version
         self.logical_session_timeout = logical_session_timeout
         self.storage = storage or Storage()
         self.handlers = Handlers(self.storage)
         self.users: dict[str, dict[str, Credential]] = {}
+        self.roles: dict[str, str] = {}
         for user, password in (users or {}).items():
             self.add_user(user, password)
         self.fail_point: FailCommand | None = None
@@ -110,7 +117,9 @@ class MongoTestServer:
         self.accepting = True  # False: close new connections at once (an ingress connection limiter)
         self.in_flight = 0  # commands being run now (hello and authentication excluded)
         self.peak_in_flight = 0  # the most at once
-        self.hold: asyncio.Event | None = None  # when set to an unset event, held commands wait for it (tests)
+        self.hold: asyncio.Event | None = (
+            None  # when set to an unset event, held commands wait for it (tests)
+        )
         self.held: frozenset[str] = frozenset()  # the commands ``hold`` holds (names)
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -152,8 +161,12 @@ class MongoTestServer:
             w.close()
 
     # -- configuration tests use -----------------------------------------------------------------------
-    def add_user(self, user: str, password: str) -> None:
+    def add_user(self, user: str, password: str, role: str = "readWrite") -> None:
+        """``role``: ``readWrite`` (everything) or ``read`` (reads only: a write is refused with code 13)."""
+        if role not in ("read", "readWrite"):
+            raise ValueError("role must be read or readWrite")
         self.users[user] = {m: Credential.make(m, user, password) for m in ("SCRAM-SHA-256", "SCRAM-SHA-1")}
+        self.roles[user] = role
 
     def fail_command(self, commands: list[str], *, times: int | None = None, **data: Any) -> None:
         """Configure ``failCommand`` directly: ``times=None`` is alwaysOn. ``data`` keys as in the server's
@@ -231,6 +244,18 @@ class MongoTestServer:
             writer.close()
 
     async def _message(self, conn: _Connection, header: wire.Header, payload: bytes) -> bytes | object:
+        compressor = None
+        if header.op_code == wire.OP_COMPRESSED:
+            header, payload, compressor = compression.unwrap(
+                header, payload, 64 * 1024 * 1024, frozenset(self.compressors)
+            )
+        conn.compressor = compressor
+        reply = await self._plain_message(conn, header, payload)
+        if compressor is not None and isinstance(reply, bytes) and reply:
+            return compression.wrap(reply, compressor)  # as mongod: compressed like the request
+        return reply
+
+    async def _plain_message(self, conn: _Connection, header: wire.Header, payload: bytes) -> bytes | object:
         if header.op_code == wire.OP_QUERY:
             q = wire.parse_query(payload)
             cmd = bson.decode(q.query, _DECODE)
@@ -269,7 +294,7 @@ class MongoTestServer:
     def _record(self, conn: _Connection, name: str, cmd: Doc, seqs: dict[str, list[Doc]]) -> None:
         if not self.record:
             return
-        self.log.append(LoggedCommand(time.monotonic(), name, cmd, conn.id, seqs))
+        self.log.append(LoggedCommand(time.monotonic(), name, cmd, conn.id, seqs, conn.user, conn.compressor))
         self._wake()
 
     def _wake(self) -> None:
@@ -317,6 +342,9 @@ class MongoTestServer:
             return self._sasl_continue(conn, cmd)
         if self.users and conn.user is None and name not in _OPEN:
             return error(13, "Unauthorized", f"command {name} requires authentication")
+        if conn.user is not None and self.roles.get(conn.user) == "read" and name in WRITE_COMMANDS:
+            db = cmd.get("$db")
+            return error(13, "Unauthorized", f"not authorized on {db} to execute command {{ {name}: ... }}")
         if name == "configureFailPoint":
             return self._configure(cmd)
         if self.role == "secondary":
@@ -380,6 +408,9 @@ class MongoTestServer:
         )
         if doc["topologyVersion"] is None:
             del doc["topologyVersion"]
+        offered = cmd.get("compression")
+        if isinstance(offered, list) and self.compressors:
+            doc["compression"] = [c for c in offered if c in self.compressors]
         mechs = cmd.get("saslSupportedMechs")
         if isinstance(mechs, str) and self.users:
             user = mechs.split(".", 1)[-1]
@@ -417,7 +448,7 @@ _CLOSE = object()
 
 
 class _Connection:
-    __slots__ = ("id", "app_name", "backpressure", "user", "conversation", "server_final_sent")
+    __slots__ = ("id", "app_name", "backpressure", "user", "conversation", "server_final_sent", "compressor")
 
     def __init__(self, conn_id: int) -> None:
         self.id = conn_id
@@ -426,6 +457,7 @@ class _Connection:
         self.user: str | None = None
         self.conversation: Conversation | None = None
         self.server_final_sent = False
+        self.compressor: str | None = None  # of the message being handled
 
 
 _CODE_NAMES = {

@@ -44,7 +44,9 @@ async def run(uri: str, mode: str, path: Path | None) -> dict[str, Any]:
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("version", sorted(VERSIONS))
-async def test_the_app_sees_the_same_session_directly_and_through_the_sidecar(version: str, mode: str) -> None:
+async def test_the_app_sees_the_same_session_directly_and_through_the_sidecar(
+    version: str, mode: str
+) -> None:
     path = VERSIONS[version]
     if path is not None and not path.exists():
         pytest.fail(f"pymongo {version} is not installed in {path}: run `make install`")
@@ -60,3 +62,24 @@ async def test_the_app_sees_the_same_session_directly_and_through_the_sidecar(ve
     assert direct["steps"]["insert_duplicate"]["code"] == 11000
     assert direct["steps"]["unknown_command"]["codeName"] == "CommandNotFound"
     assert len(direct["steps"]["find_sorted_batches"]) > 17  # more than one batch: getMore went through
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_the_app_keeps_its_uri_with_credentials_and_compression(mode: str) -> None:
+    """Issue 23: the app's own URI (its user, authSource, compressors) unchanged but for host:port; the
+    sidecar verifies the login, logs in upstream as that user, compresses upstream on its own: the session's
+    answers are the same as direct, byte for byte."""
+    options = "authSource=admin&compressors=zlib"
+    async with MongoTestServer("mongos") as direct_server, MongoTestServer("mongos") as proxied_server:
+        for server in (direct_server, proxied_server):
+            server.add_user("orders", "orders-pw")
+        direct = await run(f"mongodb://orders:orders-pw@{direct_server.endpoint}/?{options}", mode, None)
+        cfg = config([], listener={"app_auth": {}, "compressors": ["zstd", "zlib"]})
+        cfg["upstreams"]["db"] = {
+            "uri": f"mongodb://orders:${{PW}}@{proxied_server.endpoint}/?authSource=admin&compressors=zstd"
+        }
+        async with sidecar(cfg, environ={"PW": "orders-pw"}) as sc:
+            proxied = await run(f"mongodb://orders:orders-pw@{sc.host}:{sc.port}/?{options}", mode, None)
+    assert proxied["steps"] == direct["steps"]
+    assert {c.user for c in proxied_server.commands("insert")} == {"orders"}
+    assert {c.compressor for c in proxied_server.commands("insert")} == {"zstd"}

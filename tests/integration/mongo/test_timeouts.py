@@ -104,7 +104,7 @@ async def test_idle_upstream_connections_are_closed(monkeypatch: pytest.MonkeyPa
         try:
             up.fail_command(["find"], times=4, block_connection=True, block_time_ms=300)
             await asyncio.gather(*(in_thread(lambda c=c: c.test.c.find_one({})) for c in clients))
-            pool = sc.app.listeners[0].up.pools.get(up.endpoint)
+            pool = sc.app.listeners[0].up.logins.own.get(up.endpoint)
             assert len(pool.idle) >= 2  # the burst needed more than one
             monkeypatch.setattr(mongo_server, "POOL_IDLE_TIMEOUT", 0.05)
             async with asyncio.timeout(10):

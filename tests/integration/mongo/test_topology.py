@@ -168,7 +168,7 @@ async def test_connections_the_upstream_closed_while_idle_are_not_reused() -> No
             await in_thread(lambda: client.test.c.insert_many([{"a": i} for i in range(3)]))
             up.close_connections()  # a restart, as the sidecar's pooled connections see it
             (listener,) = sc.app.listeners
-            pool = listener.up.pools.get(up.endpoint)
+            pool = listener.up.logins.own.get(up.endpoint)
             async with asyncio.timeout(5):
                 while not all(c.closed for c in pool.idle):
                     await asyncio.sleep(0.01)
