@@ -1,23 +1,28 @@
-"""gRPC overhead of the sidecar: unary calls/s and latency through it versus direct, in one run.
+"""gRPC overhead of the sidecar against the cheapest proxy grpcio allows, in one run (issue 24).
 
-Two sidecars are measured beside the direct target: one forwarding every call as a stream (the default:
-any call shape, each message forwarded as it arrives), one with ``unary_requests: ["*"]`` (the listener is
-told every method takes one request message: grpc's single-request form upstream).
+Five targets, each measured in every run (the order alternates):
 
-    .venv/bin/python bench/grpc_overhead.py [--runs 5] [--duration 5] [--concurrency 32]
+- ``direct``: the upstream itself;
+- ``floor-unary`` and ``floor-stream``: **the floor**, the cheapest correct pass-through proxy on grpc.aio
+  (``floor`` below: a generic handler forwarding raw bytes to one channel, metadata, deadline and status
+  through, no policy), in grpc's unary form on both sides (one request, one response) and in the stream
+  form on both sides (any call shape);
+- ``sidecar``: ``sidecar run`` forwarding every call as a stream (the default: any call shape);
+- ``unary``: ``sidecar run`` with ``unary_requests: ["*"]`` (told every method takes one request message).
 
-Three processes: the upstream (``sidecar.testing.grpc_upstream``, answers at once with an echo), the
-sidecar (``sidecar run``, uvloop, the ``grpc-a6`` policy: retries, throttle, deadline) and a Python
-``grpc.aio`` load client keeping ``--concurrency`` unary calls in flight (64-byte messages, 1 s deadline).
-The sidecar is pinned to CPU 0, the upstream and the client share CPU 1, so the upstream and the client do
-the same work in both modes and the sidecar gets its own core, as a sidecar container would. When ``h2load``
-is installed (Debian: ``apt-get install -y nghttp2-client``), each run also measures calls/s with it (one
-connection, 32 streams): a C client that leaves the Python upstream, not the client, as the direct limit.
+    .venv/bin/python bench/grpc_overhead.py [--runs 3] [--duration 5] [--concurrency 32] [--targets ...]
 
-Each run measures the direct target and the sidecar back to back (the order alternates); figures are the
-medians over ``--runs`` runs with their spread (min-max). The sidecar's CPU time per call (user + system,
-from ``/proc``, over the concurrent load and its warm-up) is the figure that a shared, noisy machine moves
-least: calls/s there depend on what else runs. Writes ``bench/results/grpc.json``.
+The upstream is ``sidecar.testing.grpc_upstream`` answering at once with an echo; the sidecars run the
+``grpc-a6`` policy (the demo's: retries, throttle, pushback, deadlines, telemetry on), with uvloop. The
+proxies (floors and sidecars) are pinned to CPU 0, the upstream and the load client share CPU 1. The load is
+a Python ``grpc.aio`` client keeping ``--concurrency`` unary calls in flight (64-byte messages, 1 s
+deadline), then one call in flight for the latency a hop adds. With ``h2load`` installed (Debian:
+``nghttp2-client``), each target also gets its calls/s from it (one connection, 32 streams).
+
+What to read: the ratios to the floor of the same form, per run and their medians (the goals of issue 24:
+CPU per call <= 1.3x, added p50 at one call in flight <= 1.5x, calls/s at 32 in flight >= 0.9x). A proxy's
+CPU time per call (user + system from ``/proc``, over the concurrent load and its warm-up) is the figure a
+shared, noisy machine moves least. Writes ``bench/results/grpc.json``.
 """
 
 from __future__ import annotations
@@ -79,6 +84,102 @@ async def _upstream(port: int) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop_event.set)
     await stop_event.wait()
     await server.stop(0)
+
+
+async def _floor(port: int, upstream: int, form: str) -> None:
+    """The cheapest correct pass-through proxy on grpc.aio: one generic handler, one channel, raw bytes;
+    the client's metadata (less what each hop owns) and deadline go upstream, the upstream's headers,
+    messages, trailers and status come back. ``form``: ``unary`` (a unary-unary handler and call) or
+    ``stream`` (a stream-stream handler and call: any call shape)."""
+    import grpc
+
+    own = frozenset(
+        {"user-agent", "te", "content-type", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding"}
+    )
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{upstream}", options=(("grpc.enable_retries", 0),))
+    callables: dict[str, object] = {}
+
+    def request_md(context: grpc.aio.ServicerContext) -> tuple:
+        return tuple((m.key, m.value) for m in context.invocation_metadata() or () if m.key not in own)
+
+    async def unary(method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        mc = callables.get(method) or callables.setdefault(method, channel.unary_unary(method))
+        call = mc(request, metadata=request_md(context), timeout=context.time_remaining())  # type: ignore[operator]
+        try:
+            response = await call
+        except grpc.aio.AioRpcError as e:
+            await context.abort(e.code(), e.details() or "", e.trailing_metadata() or ())
+        initial = await call.initial_metadata()
+        if initial:
+            await context.send_initial_metadata(initial)
+        context.set_trailing_metadata(await call.trailing_metadata() or ())
+        return response
+
+    async def stream(method: str, requests: object, context: grpc.aio.ServicerContext) -> None:
+        mc = callables.get(method) or callables.setdefault(method, channel.stream_stream(method))
+        call = mc(metadata=request_md(context), timeout=context.time_remaining())  # type: ignore[operator]
+
+        async def pump() -> None:
+            try:
+                while (msg := await context.read()) is not grpc.aio.EOF:
+                    await call.write(msg)
+                await call.done_writing()
+            except Exception:  # noqa: BLE001 - the call ended: its status tells
+                pass
+
+        task = asyncio.get_running_loop().create_task(pump())
+        try:
+            initial = await call.initial_metadata()
+            if initial:
+                await context.send_initial_metadata(initial)
+            while (msg := await call.read()) is not grpc.aio.EOF:
+                await context.write(msg)
+        except grpc.aio.AioRpcError:
+            pass
+        finally:
+            task.cancel()
+        context.set_trailing_metadata(await call.trailing_metadata() or ())
+        context.set_code(await call.code())
+        details = await call.details()
+        if details:
+            context.set_details(details)
+
+    async def unary_stream(method: str, request: bytes, context: grpc.aio.ServicerContext) -> None:
+        mc = callables.get(method) or callables.setdefault(method, channel.unary_stream(method))
+        call = mc(request, metadata=request_md(context), timeout=context.time_remaining())  # type: ignore[operator]
+        try:
+            initial = await call.initial_metadata()
+            if initial:
+                await context.send_initial_metadata(initial)
+            while (msg := await call.read()) is not grpc.aio.EOF:
+                await context.write(msg)
+        except grpc.aio.AioRpcError:
+            pass
+        context.set_trailing_metadata(await call.trailing_metadata() or ())
+        context.set_code(await call.code())
+        details = await call.details()
+        if details:
+            context.set_details(details)
+
+    class Any(grpc.GenericRpcHandler):
+        def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+            import functools
+
+            if form == "unary":
+                return grpc.unary_unary_rpc_method_handler(functools.partial(unary, details.method))
+            if form == "unary-stream":
+                return grpc.unary_stream_rpc_method_handler(functools.partial(unary_stream, details.method))
+            return grpc.stream_stream_rpc_method_handler(functools.partial(stream, details.method))
+
+    server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))
+    server.add_generic_rpc_handlers((Any(),))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    stop_event = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop_event.set)
+    await stop_event.wait()
+    await server.stop(0)
+    await channel.close()
 
 
 async def _load(target: str, duration: float, concurrency: int) -> dict:
@@ -183,7 +284,10 @@ listeners:
     return conf
 
 
-SIDECARS = ("sidecar", "unary")  # streamed (the default) / unary_requests: ["*"]
+TARGETS = ("direct", "floor-unary", "floor-unary-stream", "floor-stream", "sidecar", "unary")
+DEFAULT_TARGETS = ("direct", "floor-unary", "floor-stream", "sidecar", "unary")
+FLOOR_OF = {"sidecar": "floor-stream", "unary": "floor-unary"}  # each sidecar form against its floor
+GOALS = {"cpu": 1.3, "added_p50": 1.5, "calls_per_s": 0.9}  # issue 24: <=, <=, >=
 
 
 def spread(values: list[float]) -> dict:
@@ -191,140 +295,138 @@ def spread(values: list[float]) -> dict:
         "median": round(statistics.median(values), 3),
         "min": round(min(values), 3),
         "max": round(max(values), 3),
+        "runs": [round(v, 3) for v in values],
     }
+
+
+def proxy_command(name: str, port: int, up_port: int, tmp: Path) -> list[str]:
+    if name.startswith("floor-"):
+        return [PY, __file__, "floor", str(port), str(up_port), name.removeprefix("floor-")]
+    conf = sidecar_conf(tmp, port, up_port, unary=name == "unary")
+    return [str(Path(PY).parent / "sidecar"), "run", "-c", str(conf), "--log-level", "warning"]
+
+
+def ratios(runs: dict[str, list[dict]], name: str) -> dict[str, list[float]]:
+    """Per run: ``name``'s figures over its floor's (CPU per call, added p50 at one in flight, calls/s)."""
+    floor = FLOOR_OF[name]
+    out: dict[str, list[float]] = {"cpu": [], "added_p50": [], "calls_per_s": []}
+    for d, f, s in zip(runs["direct"], runs[floor], runs[name], strict=True):
+        out["cpu"].append(s["cpu_us_per_call"] / f["cpu_us_per_call"])
+        out["added_p50"].append(
+            (s["serial_p50_ms"] - d["serial_p50_ms"]) / max(1e-6, f["serial_p50_ms"] - d["serial_p50_ms"])
+        )
+        out["calls_per_s"].append(s["calls_per_s"] / f["calls_per_s"])
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument(
+        "--targets",
+        default=",".join(DEFAULT_TARGETS),
+        help="comma-separated subset of " + ",".join(TARGETS) + " (a sidecar needs its floor and direct)",
+    )
     args = ap.parse_args()
+    names = [t for t in TARGETS if t in args.targets.split(",")]
+    for name in names:
+        if name in FLOOR_OF and (FLOOR_OF[name] not in names or "direct" not in names):
+            raise SystemExit(f"--targets: {name} is read against {FLOOR_OF[name]} and direct: list them too")
     up_port = free_port()
-    ports = {"direct": up_port, **{name: free_port() for name in SIDECARS}}
+    ports = {name: up_port if name == "direct" else free_port() for name in names}
+    proxies = [n for n in names if n != "direct"]
     with tempfile.TemporaryDirectory() as tmp:
         body = Path(tmp) / "request.bin"
         body.write_bytes(b"\x00" + (64).to_bytes(4, "big") + b"x" * 64)  # one gRPC message frame
         upstream = start([PY, __file__, "upstream", str(up_port)], cpu=1)
-        procs = {
-            name: start(
-                [
-                    str(Path(PY).parent / "sidecar"),
-                    "run",
-                    "-c",
-                    str(sidecar_conf(Path(tmp), ports[name], up_port, unary=name == "unary")),
-                    "--log-level",
-                    "warning",
-                ],
-                cpu=0,
-            )
-            for name in SIDECARS
-        }
+        procs = {name: start(proxy_command(name, ports[name], up_port, Path(tmp)), cpu=0) for name in proxies}
         try:
             wait_port(up_port, upstream)
-            for name in SIDECARS:
+            for name in proxies:
                 wait_port(ports[name], procs[name])
-            runs: dict[str, list[dict]] = {"direct": [], **{name: [] for name in SIDECARS}}
-            targets = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
+            runs: dict[str, list[dict]] = {name: [] for name in names}
             for i in range(args.runs):
-                order = ["direct", *SIDECARS] if i % 2 == 0 else [*reversed(SIDECARS), "direct"]
+                order = names if i % 2 == 0 else list(reversed(names))
                 for name in order:
                     proc = procs.get(name)
+                    target = f"127.0.0.1:{ports[name]}"
                     cpu0 = cpu_seconds(proc.pid) if proc is not None else 0.0
-                    r = load(targets[name], args.duration, args.concurrency)
+                    r = load(target, args.duration, args.concurrency)
                     if proc is not None:
                         r["cpu_us_per_call"] = (cpu_seconds(proc.pid) - cpu0) / (r["calls"] + WARMUP) * 1e6
-                    r["serial_p50_ms"] = load(targets[name], min(2.0, args.duration), 1)["p50_ms"]
+                    r["serial_p50_ms"] = load(target, min(2.0, args.duration), 1)["p50_ms"]
                     r["h2load_calls_per_s"] = h2load(ports[name], args.duration, args.concurrency, body)
                     runs[name].append(r)
                     print(
-                        f"run {i + 1} {name:>7}: {r['calls_per_s']:8.0f} calls/s  p50 {r['p50_ms']:6.2f} ms  "
-                        f"p99 {r['p99_ms']:6.2f} ms  errors {r['errors']}; one in flight: p50 {r['serial_p50_ms']:.3f} ms; "
-                        f"h2load {r['h2load_calls_per_s']} calls/s"
-                        + (f"; sidecar CPU {r['cpu_us_per_call']:.0f} us/call" if proc is not None else ""),
+                        f"run {i + 1} {name:>12}: {r['calls_per_s']:6.0f} calls/s  p50 {r['p50_ms']:6.2f} ms  "
+                        f"p99 {r['p99_ms']:6.2f} ms  errors {r['errors']}; one in flight: p50 "
+                        f"{r['serial_p50_ms']:.3f} ms"
+                        + (
+                            f"; h2load {r['h2load_calls_per_s']:.0f} calls/s"
+                            if r["h2load_calls_per_s"]
+                            else ""
+                        )
+                        + (f"; proxy CPU {r['cpu_us_per_call']:.0f} us/call" if proc is not None else ""),
                         flush=True,
                     )
         finally:
             for proc in procs.values():
                 stop(proc)
             stop(upstream)
-    ratios = [
-        s["calls_per_s"] / d["calls_per_s"] for d, s in zip(runs["direct"], runs["sidecar"], strict=True)
-    ]
-    added = [
-        s["serial_p50_ms"] - d["serial_p50_ms"] for d, s in zip(runs["direct"], runs["sidecar"], strict=True)
-    ]
-    h2 = [
-        s["h2load_calls_per_s"] / d["h2load_calls_per_s"]
-        for d, s in zip(runs["direct"], runs["sidecar"], strict=True)
-        if s["h2load_calls_per_s"] and d["h2load_calls_per_s"]
-    ]
-    summary = {
+    summary: dict = {
         "setup": {
             "runs": args.runs,
             "duration_s": args.duration,
             "concurrency": args.concurrency,
             "client": "python grpc.aio, unary, 64-byte messages",
-            "cpus": "sidecar on CPU 0; upstream and client on CPU 1",
+            "cpus": "proxies on CPU 0; upstream and client on CPU 1",
+            "load_average": os.getloadavg(),
         },
-        "direct": {k: spread([r[k] for r in runs["direct"]]) for k in KEYS},
-        "sidecar": {k: spread([r[k] for r in runs["sidecar"]]) for k in KEYS},
-        "ratio_calls_per_s": spread(ratios),
-        "added_p50_ms_one_in_flight": spread(added),
-        "sidecar_cpu_us_per_call": spread([r["cpu_us_per_call"] for r in runs["sidecar"]]),
-        "unary_requests": {
-            "calls_per_s": spread([r["calls_per_s"] for r in runs["unary"]]),
-            "ratio_calls_per_s": spread(
-                [
-                    u["calls_per_s"] / d["calls_per_s"]
-                    for d, u in zip(runs["direct"], runs["unary"], strict=True)
-                ]
-            ),
-            "sidecar_cpu_us_per_call": spread([r["cpu_us_per_call"] for r in runs["unary"]]),
-            "cpu_vs_streamed": spread(
-                [
-                    u["cpu_us_per_call"] / s["cpu_us_per_call"]
-                    for s, u in zip(runs["sidecar"], runs["unary"], strict=True)
-                ]
-            ),
+        "targets": {
+            name: {
+                k: spread([r[k] for r in runs[name]])
+                for k in (*KEYS, "cpu_us_per_call")
+                if k in runs[name][0]
+            }
+            for name in names
         },
-        "h2load": None
-        if not h2
-        else {
-            "direct_calls_per_s": spread([r["h2load_calls_per_s"] for r in runs["direct"]]),
-            "sidecar_calls_per_s": spread([r["h2load_calls_per_s"] for r in runs["sidecar"]]),
-            "ratio_calls_per_s": spread(h2),
-        },
+        "vs_floor": {},
         "errors": sum(r["errors"] for rs in runs.values() for r in rs),
     }
+    print(f"\nmedians over {args.runs} runs (spread min-max); load average {os.getloadavg()[0]:.1f}")
+    for name in names:
+        t = summary["targets"][name]
+        print(
+            f"  {name:>12}: {t['calls_per_s']['median']:6.0f} calls/s, one in flight p50 "
+            f"{t['serial_p50_ms']['median']:.3f} ms"
+            + (
+                f", CPU {t['cpu_us_per_call']['median']:.0f} us/call "
+                f"({t['cpu_us_per_call']['min']:.0f}-{t['cpu_us_per_call']['max']:.0f})"
+                if "cpu_us_per_call" in t
+                else ""
+            )
+        )
+    for name in (n for n in names if n in FLOOR_OF):
+        rs = ratios(runs, name)
+        summary["vs_floor"][name] = {"floor": FLOOR_OF[name], **{k: spread(v) for k, v in rs.items()}}
+        cells = []
+        for key, label, better in (
+            ("cpu", "CPU per call", "<="),
+            ("added_p50", "added p50 at one in flight", "<="),
+            ("calls_per_s", "calls/s at 32 in flight", ">="),
+        ):
+            med = statistics.median(rs[key])
+            met = med <= GOALS[key] if better == "<=" else med >= GOALS[key]
+            runs_txt = " ".join(f"{v:.2f}" for v in rs[key])
+            cells.append(
+                f"{label} {med:.2f}x (runs {runs_txt}; goal {better} {GOALS[key]}: {'met' if met else 'NOT met'})"
+            )
+        print(f"{name} / {FLOOR_OF[name]}: " + "; ".join(cells))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
-    d, s = summary["direct"], summary["sidecar"]
-    print(
-        f"\nmedians over {args.runs} runs: direct {d['calls_per_s']['median']:.0f} calls/s, sidecar "
-        f"{s['calls_per_s']['median']:.0f} calls/s = {summary['ratio_calls_per_s']['median']:.0%} of direct "
-        f"(runs {summary['ratio_calls_per_s']['min']:.0%}-{summary['ratio_calls_per_s']['max']:.0%}); p50 "
-        f"{d['p50_ms']['median']:.2f} -> {s['p50_ms']['median']:.2f} ms, p99 {d['p99_ms']['median']:.2f} -> "
-        f"{s['p99_ms']['median']:.2f} ms at {args.concurrency} in flight; one call in flight: p50 "
-        f"{d['serial_p50_ms']['median']:.3f} -> {s['serial_p50_ms']['median']:.3f} ms (added "
-        f"{summary['added_p50_ms_one_in_flight']['median']:.3f} ms); sidecar CPU "
-        f"{summary['sidecar_cpu_us_per_call']['median']:.0f} us/call (runs {summary['sidecar_cpu_us_per_call']['min']:.0f}-"
-        f"{summary['sidecar_cpu_us_per_call']['max']:.0f}). Wrote {RESULTS.relative_to(ROOT)}"
-    )
-    un = summary["unary_requests"]
-    print(
-        f"with unary_requests: {un['calls_per_s']['median']:.0f} calls/s = {un['ratio_calls_per_s']['median']:.0%} "
-        f"of direct; sidecar CPU {un['sidecar_cpu_us_per_call']['median']:.0f} us/call = "
-        f"{un['cpu_vs_streamed']['median']:.2f}x the streamed form's (runs {un['cpu_vs_streamed']['min']:.2f}-"
-        f"{un['cpu_vs_streamed']['max']:.2f})"
-    )
-    if summary["h2load"]:
-        h = summary["h2load"]
-        print(
-            f"h2load: direct {h['direct_calls_per_s']['median']:.0f} calls/s, sidecar "
-            f"{h['sidecar_calls_per_s']['median']:.0f} calls/s = {h['ratio_calls_per_s']['median']:.0%} of direct "
-            f"(runs {h['ratio_calls_per_s']['min']:.0%}-{h['ratio_calls_per_s']['max']:.0%})"
-        )
+    print(f"wrote {RESULTS.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
@@ -332,6 +434,10 @@ if __name__ == "__main__":
         import uvloop
 
         uvloop.run(_upstream(int(sys.argv[2])))
+    elif len(sys.argv) > 1 and sys.argv[1] == "floor":
+        import uvloop
+
+        uvloop.run(_floor(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]))
     elif len(sys.argv) > 1 and sys.argv[1] == "load":
         import uvloop
 

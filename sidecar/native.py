@@ -1,8 +1,8 @@
 """Which modules are compiled with mypyc, and whether this process runs them compiled.
 
-The request hot path (the policy engine, the runtime that drives it, telemetry counters, the HTTP adapter)
-is compiled to C with mypyc by ``make install`` (``tools/native.py``): the same source, run about a third
-faster. Everything works without it (``SIDECAR_NATIVE=0``, or no C compiler): a module that was not
+The request hot path (the policy engine, the runtime that drives it, telemetry counters, the HTTP adapter,
+the gRPC adapter's per-call rooms) is compiled to C with mypyc by ``make install`` (``tools/native.py``):
+the same source, run about a third faster. Everything works without it (``SIDECAR_NATIVE=0``, or no C compiler): a module that was not
 compiled is imported as plain Python.
 
 Writing code in these modules (the tests run them compiled under ``make test``):
@@ -35,6 +35,10 @@ Writing code in these modules (the tests run them compiled under ``make test``):
   read ``Enum.MEMBER`` and define no aliases. A state machine on the hot path keeps its state as an int
   compared with ``Final`` int literals, named by an ``IntEnum`` (``adapters/http/connection.State``,
   ``upstream.State``): an identity check against an alias still reads a module static;
+- grpcio has no type information: its values are ``Any`` to the compiled gRPC rooms (``pyproject.toml``),
+  so nothing of grpcio is checked at run time, and a grpcio object is reached through generic lookups;
+  grpcio's server handler, its log filter and its channels (``server.py``, ``crash.py``, ``upstream.py``)
+  subclass or hold interpreted classes and stay interpreted;
 - measure a change with ``bench/http_instructions.py`` (callgrind, instructions per request: exact to the
   per cent) before ``bench/http_overhead.py`` (time: noisy on a shared machine).
 
@@ -79,6 +83,14 @@ SOURCES = (
     "sidecar/adapters/http/routing.py",
     "sidecar/adapters/http/server.py",
     "sidecar/adapters/http/upstream.py",
+    "sidecar/adapters/grpc/answer.py",
+    "sidecar/adapters/grpc/attempt.py",
+    "sidecar/adapters/grpc/classify.py",
+    "sidecar/adapters/grpc/downstream.py",
+    "sidecar/adapters/grpc/metadata.py",
+    "sidecar/adapters/grpc/replay.py",
+    "sidecar/adapters/grpc/request.py",
+    "sidecar/adapters/grpc/routing.py",
 )
 
 #: The group's shared library, a module inside the package (so an editable install finds it).

@@ -101,7 +101,7 @@ async def test_overflow_during_an_attempt_seals_and_trims() -> None:
     c = Client()
     sealed: list[bool] = []
     overflows: list[int] = []
-    s = RequestStream(c.read, limit=10, on_seal=sealed.append)
+    s = RequestStream(c.read, limit=10, on_overflow=lambda: sealed.append(True))
     up = Upstream()
     t = asyncio.create_task(s.feed(1, up.write, up.done_writing, lambda: overflows.append(1)))
     c.send(b"123456", b"789012")

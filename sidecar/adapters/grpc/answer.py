@@ -25,7 +25,6 @@ Pure: no I/O, no asyncio.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -49,16 +48,24 @@ _GIVE_UPS = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
 class Answer:
-    code: grpc.StatusCode
-    details: str
-    trailing: list[tuple[str, str | bytes]] = field(default_factory=list)
+    """The status, details and trailers a call ends with. (A plain class: made per call, compiled;
+    ``sidecar/native.py``.)"""
+
+    __slots__ = ("code", "details", "trailing")
+
+    def __init__(
+        self, code: grpc.StatusCode, details: str, trailing: list[tuple[str, str | bytes]] | None = None
+    ) -> None:
+        self.code = code
+        self.details = details
+        self.trailing: list[tuple[str, str | bytes]] = trailing if trailing is not None else []
 
 
 def answer(finish: Finish, status: UpstreamStatus | None, *, upstream: str, give_up_pushback: bool) -> Answer:
     reason = finish.reason
     previous = finish.attempt - 1 if status is not None and finish.attempt else finish.attempts
+    trailing: list[tuple[str, str | bytes]]
     if reason is Reason.DEADLINE and not (finish.own_deadline and status is not None):
         code, details, trailing = grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE_DETAILS, []
     elif reason is Reason.INTERNAL:

@@ -1,8 +1,8 @@
 """One attempt of a proxied call: send the request upstream, pass the response on once it is ours.
 
 An attempt is *committed* (A6) when the upstream sent it response headers with metadata, or a message: the
-attempt then claims the client (``Downstream.claim``, which tells the engine), and from then on its headers
-and messages go to the client as they come. Empty headers are not a commit: a grpc.aio client cannot tell
+attempt then takes the engine's commit (``AttemptContext.commit``) and claims the client
+(``Downstream.claim``), and from then on its headers and messages go to the client as they come. Empty headers are not a commit: a grpc.aio client cannot tell
 them apart from a trailers-only status (and may lose headers that arrive with the trailers), and nothing has
 reached the client then, so the attempt may still be retried. A hedge that finds the client already claimed
 by another attempt has lost: it is cancelled.
@@ -84,7 +84,8 @@ class Attempter:
         try:
             if one is not None:
                 call = await one.started()
-            first_status = _watch_status(call)
+            # (a request written in one go has no write to fail: nothing to watch for)
+            first_status = _watch_status(call) if one is None else []
             result = await self._receive(call, cmd, ctx, timeout is not None, first_status)
         except asyncio.CancelledError:
             if one is not None and not one.call.done():
@@ -104,12 +105,14 @@ class Attempter:
     async def _respond(self, call: Any, ctx: AttemptContext, initial: Any, n: int) -> AttemptResult | None:
         """This attempt has something for the client: claim the response (the first attempt to do so wins,
         A6's commit) and send its headers. ``None`` when it may go on; else the attempt's end."""
-        if not self.down.claim(ctx):
+        if not (ctx.commit() and self.down.claim(n)):  # the engine's commit (A6), then the client
             call.cancel()
             return _LOST
         self.request.seal()  # committed: no attempt starts after this one
-        if not await self._pass(self.down.send_headers(initial, n), call):
-            return _CLIENT_GONE
+        try:
+            await self.down.send_headers(initial, n)
+        except Exception as e:  # noqa: BLE001 - grpc raises several types for a dead server call
+            return _client_gone(call, e)
         return None
 
     async def _receive(
@@ -137,10 +140,18 @@ class Attempter:
                 if lost is not None:
                     return lost
                 responded = True
-            if not await self._pass(self.down.write(msg), call):
-                return _CLIENT_GONE
+            try:
+                await self.down.write(msg)
+            except Exception as e:  # noqa: BLE001 - grpc raises several types for a dead server call
+                return _client_gone(call, e)
         if first_status:
             code, details, trailing = first_status[0]
+        elif call.done():  # (the usual case: read at once, without three awaits)
+            code, details, trailing = (
+                _ready(call.code()),
+                _ready(call.details()),
+                _ready(call.trailing_metadata()),
+            )
         else:
             code, details, trailing = await call.code(), await call.details(), await call.trailing_metadata()
         trailing = tuple(trailing or ())
@@ -151,16 +162,12 @@ class Attempter:
         self.obs.set_attempt_attribute(n, "rpc.grpc.status_code", code.value[0])
         return AttemptResult(outcome, status)
 
-    @staticmethod
-    async def _pass(send: Coroutine[Any, Any, None], call: Any) -> bool:
-        """Send to the client; if that fails, the client is gone: abandon the upstream call too."""
-        try:
-            await send
-        except Exception as e:  # noqa: BLE001 - grpc raises several types for a dead server call
-            log.debug("passing a response to the client failed: %r", e)
-            call.cancel()
-            return False
-        return True
+
+def _client_gone(call: Any, e: Exception) -> AttemptResult:
+    """Passing the response to the client failed: the client is gone; the upstream call is abandoned too."""
+    log.debug("passing a response to the client failed: %r", e)
+    call.cancel()
+    return _CLIENT_GONE
 
 
 def _watch_status(call: Any) -> list:

@@ -63,14 +63,23 @@ _BROKEN = (
 )
 
 
-@dataclass(frozen=True, slots=True)
 class UpstreamStatus:
-    """How one attempt ended at the upstream: the attempter's payload."""
+    """How one attempt ended at the upstream: the attempter's payload. (A plain class: made per attempt,
+    compiled; ``sidecar/native.py``.)"""
 
-    code: grpc.StatusCode
-    details: str
-    trailing: tuple[tuple[str, str | bytes], ...] = ()
-    initial: tuple[tuple[str, str | bytes], ...] = ()
+    __slots__ = ("code", "details", "trailing", "initial")
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        details: str,
+        trailing: tuple[tuple[str, str | bytes], ...] = (),
+        initial: tuple[tuple[str, str | bytes], ...] = (),
+    ) -> None:
+        self.code = code
+        self.details = details
+        self.trailing = trailing
+        self.initial = initial
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ So every outgoing operation goes through :class:`Downstream`, one at a time, eac
 cancelling the attempt does not abandon half-way; :meth:`Downstream.close` refuses any further one and waits
 for the one in flight to settle, and only then is the status set (:meth:`Downstream.deliver`) and the
 handler returns. Which attempt may send is decided once (``claim``): the first to have something for the
-client, as A6's commit. What is sent is ``answer.py``'s to say; this module only writes it.
+client, once the engine gave it A6's commit. What is sent is ``answer.py``'s to say; this module only writes it.
 
 Its life is one explicit :class:`State`, changed only by its own methods; a step it does not have raises
 :class:`~sidecar.adapters.transitions.InvalidTransition` (a bug)::
@@ -32,7 +32,6 @@ from typing import Any
 import grpc
 
 from ...admission.refusal import Refusal
-from ...runtime import AttemptContext
 from ...telemetry import RequestObserver
 from ..transitions import InvalidTransition
 from .answer import Answer, refused, response_headers
@@ -67,17 +66,14 @@ class Downstream:
     def _invalid(self, event: str) -> InvalidTransition:
         return InvalidTransition("grpc downstream", self.state.name.lower(), event)
 
-    def claim(self, ctx: AttemptContext) -> bool:
-        """Make this attempt the one whose response the client gets; False if another got there first (or
-        the call's answer is decided)."""
-        n = ctx.attempt.attempt
+    def claim(self, attempt: int) -> bool:
+        """Make attempt ``attempt`` (which holds the engine's commit) the one whose response the client gets;
+        False if another got there first (or the call's answer is decided)."""
         if self.state is State.OPEN:
-            if not ctx.commit():
-                return False
-            self.owner = n
+            self.owner = attempt
             self.state = State.CLAIMED
             return True
-        return self.owner == n and self.state is not State.CLOSED and self.state is not State.ANSWERED
+        return self.owner == attempt and self.state is not State.CLOSED and self.state is not State.ANSWERED
 
     async def send_headers(self, initial: Any, attempt: int) -> None:
         """The owner's response headers, as the client gets them (``answer.response_headers``)."""

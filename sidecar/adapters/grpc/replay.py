@@ -7,9 +7,10 @@ client that sends one message and waits for the answer (interactive bidi calls),
 server speaks, is forwarded at once.
 
 The messages are kept in the adapters' shared :class:`~sidecar.adapters.replay.ReplayBuffer` (positions:
-the n-th message has position n). While the stream is replayable it is held whole, up to ``limit`` bytes. When it outgrows the limit while an
-attempt is sending it, it is sealed (``on_overflow``: the engine hears ``buffer_exceeded``): no further attempt
-may start, and messages are dropped once every live writer has sent them. A commit seals it too. While no
+the n-th message has position n). While the stream is replayable it is held whole, up to ``limit`` bytes.
+When it outgrows the limit while an attempt is sending it, it is sealed (the writer's ``on_overflow``: the
+engine hears ``buffer_exceeded``; the stream's: telemetry counts it): no further attempt may start, and
+messages are dropped once every live writer has sent them. A commit seals it too. While no
 attempt is out (a backoff wait), the pump stops reading rather than overflow, so the next attempt still has
 the whole request. Once sealed, the pump reads only while less than ``limit`` bytes wait to be sent
 (backpressure on the client instead of unbounded memory).
@@ -19,8 +20,9 @@ Every message held counts against the process-wide buffer budget (``limits.max_b
 messages over whole, so the budget is passed by one message at most per call), and the call's own deadline
 ends a call that stays stalled.
 
-``on_complete`` is called once, when the client has half-closed and a writer has sent the whole request
-upstream (the engine's ``RequestComplete``: per-try timeouts start then).
+``on_complete`` (the driver's ``request_complete``, :meth:`RequestStream.driven_by`) is called once, when the
+client has half-closed and a writer has sent the whole request upstream (the engine's ``RequestComplete``:
+per-try timeouts start then).
 
 ``close`` ends the stream with its call: the messages are let go, and a writer still out (its attempt's
 cancel is on its way) sends nothing more, neither a message nor the half-close, once its write in flight
@@ -32,12 +34,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from ...buffer_budget import BufferBudget
 from ..replay import ReplayBuffer
+
+if TYPE_CHECKING:
+    from ...runtime import Driver
 
 log = logging.getLogger("sidecar.grpc")
 
@@ -58,7 +63,7 @@ class RequestStream:
         self,
         read: Read,
         limit: int,
-        on_seal: Callable[[bool], None] | None = None,
+        on_overflow: Callable[[], None] | None = None,
         on_complete: Callable[[], None] | None = None,
         budget: BufferBudget | None = None,
     ) -> None:
@@ -69,7 +74,7 @@ class RequestStream:
         self.eof = False
         self.overflowed = False
         self.closed = False  # the call is over: nothing more goes upstream
-        self._on_seal = on_seal
+        self._on_overflow = on_overflow
         self._on_complete = on_complete
         self._writers: dict[int, _Writer] = {}
         self._waiters: list[asyncio.Future[None]] = []
@@ -122,10 +127,19 @@ class RequestStream:
         """No attempt will start after the ones out now (a commit, or the buffer overflowed)."""
         if not self.kept.seal():
             return
-        if self._on_seal is not None:
-            self._on_seal(self.overflowed)
+        if self.overflowed and self._on_overflow is not None:
+            self._on_overflow()
         self._trim()
         self._changed()
+
+    def over(self) -> bool:
+        """Closed: the call is over. (A method, not the attribute: an await may close the stream, and a
+        compiled caller must read it again; ``sidecar/native.py``.)"""
+        return self.closed
+
+    def driven_by(self, driver: Driver) -> None:
+        """The call's driver is told when the whole request went upstream (``drive``'s ``started``)."""
+        self._on_complete = driver.request_complete
 
     # -- writers: buffer -> one attempt ----------------------------------------------------------------
     async def feed(
@@ -137,7 +151,7 @@ class RequestStream:
     ) -> None:
         """Send the whole request to one attempt: what is buffered, then live messages, then half-close
         (nothing more once the stream is closed: every await may return to a closed one)."""
-        if self.closed:
+        if self.over():
             return
         kept = self.kept
         kept.check_whole("the request stream")
@@ -147,7 +161,7 @@ class RequestStream:
             while True:
                 while w.position < kept.end:
                     await write(kept.at(w.position))
-                    if self.closed:
+                    if self.over():
                         return
                     w.position += 1
                     if not kept.replayable:
@@ -159,7 +173,7 @@ class RequestStream:
                         done()
                     return
                 await self._wait()
-                if self.closed:
+                if self.over():
                     return
         finally:
             self._writers.pop(attempt, None)

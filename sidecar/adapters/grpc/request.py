@@ -21,7 +21,7 @@ from ...admission.refusal import Refusal
 from ...admit import Way, enter, ticket_refusal
 from ...config import PolicyConfig
 from ...policy.deadline import MAX_TIMEOUT_S, parse_timeout_ms
-from ...runtime import Delivery, Driver, drive
+from ...runtime import Delivery, drive
 from ...services import Services, UpstreamRuntime
 from ...telemetry import RequestObserver
 from .answer import Answer, answer, refused
@@ -59,31 +59,35 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     pc = compiled.config
     incoming = [(m.key, m.value) for m in context.invocation_metadata() or ()]
     tickets = shared.upstream.concurrency
+    way = _way(shared, route.policy)
+    door = way.door
     down = Downstream(context)  # the client's side of the call: what goes to it, refusals included
     begun = await enter(
         services,
-        _way(shared, route.policy),
+        way,
         down,
         name=route.name,
-        client=peer_host(context.peer()),
+        client=peer_host(context.peer()) if door is not None and door.exemptions else "",  # (exempt_cidrs)
         arrival=asyncio.get_running_loop().time(),
         received=_received_timeout(context, incoming, pc.deadline.header),
         cap=route.timeout_cap,  # a service config's timeout, applied as the client's own deadline
         exempt=method.startswith(HEALTH),
         kind=ticket_kind(method, tickets.config.read_methods) if tickets is not None else Kind.WRITE,
-        attributes={"rpc.system": "grpc", "rpc.service": route.service, "rpc.method": route.method},
-        parent={k: v for k, v in incoming if isinstance(v, str)},
+        attributes=route.attributes,
+        # the caller's trace context, read only when spans are recorded
+        parent={k: v for k, v in incoming if isinstance(v, str)}
+        if services.telemetry.tracer is not None
+        else None,
         request_complete=False,  # messages are forwarded as they come: complete once the client half-closed
     )
     if begun is None:
         return  # refused at the door, and answered
     obs = begun.obs
-    drivers: list[Driver] = []  # the one driver, once drive() made it
     stream: RequestStream | None = None
     try:
-        stream = _stream(shared, context, pc.replay_buffer, obs, drivers)
+        stream = _stream(shared, context, pc.replay_buffer, obs)
         attempter = _attempter(shared, method, route, pc, incoming, stream, down, obs)
-        delivery = await drive(begun.call, attempter, obs, drivers.append, begun.gate)
+        delivery = await drive(begun.call, attempter, obs, stream.driven_by, begun.gate)
         await down.close()  # grpc sends the status when we return: nothing may be in flight beside it
         down.deliver(_answer(shared, delivery, pc.give_up_pushback, obs), obs)
     except asyncio.CancelledError:
@@ -98,19 +102,14 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
 
 
 def _stream(
-    shared: Shared,
-    context: grpc.aio.ServicerContext,
-    limit: int | None,
-    obs: RequestObserver,
-    drivers: list[Driver],
+    shared: Shared, context: grpc.aio.ServicerContext, limit: int | None, obs: RequestObserver
 ) -> RequestStream:
-    """The client's messages, forwarded as they come and kept for replay (``replay.py``)."""
+    """The client's messages, forwarded as they come and kept for replay (``replay.py``); the driver hears
+    when the whole request went upstream (per-try timers, the sidecar's own deadline start then)."""
     return RequestStream(
         context.read,
         limit if limit is not None else DEFAULT_REPLAY_BUFFER,
-        on_seal=lambda over: over and obs.buffer_exceeded(),
-        # the client half-closed and its whole request went upstream: per-try timers, own deadline start
-        on_complete=lambda: drivers[0].request_complete(),
+        on_overflow=obs.buffer_exceeded,
         budget=shared.services.buffers,
     )
 

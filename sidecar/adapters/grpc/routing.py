@@ -9,7 +9,7 @@ call's deadline, and ``unary_requests`` (the same keys) says whether the method'
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _CACHE_LIMIT = 4096
 
@@ -22,6 +22,8 @@ class Route:
     policy: str
     timeout_cap: float | None = None
     single_request: bool = False  # listed in ``unary_requests``: the request is one message
+    #: its calls' span attributes (OpenTelemetry's RPC conventions), made once with the route; read only
+    attributes: Mapping[str, str] = field(default_factory=dict)
 
 
 def split_method(path: str) -> tuple[str, str]:
@@ -58,4 +60,5 @@ class MethodRoutes:
         policy = next((self.table[k] for k in keys if k in self.table), self.fallback)
         cap = next((self.timeouts[k] for k in keys if k in self.timeouts), None)
         single = any(k in self.unary_requests for k in keys)
-        return Route(f"{service}/{method}", service, method, policy, cap, single)
+        attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
+        return Route(f"{service}/{method}", service, method, policy, cap, single, attributes)

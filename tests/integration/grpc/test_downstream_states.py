@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from sidecar.adapters.grpc.answer import Answer
 from sidecar.adapters.grpc.downstream import CallClosed, Downstream, State
@@ -21,24 +22,29 @@ from sidecar.admission.reasons import Limiter, Rejection
 from sidecar.admission.refusal import Refusal
 from sidecar.policy import Call, HedgingSpec, Outcome, OutcomeClass, RetryPolicy, SendAttempt
 from sidecar.runtime import AttemptContext, AttemptResult, drive
+from sidecar.telemetry import RequestObserver, Telemetry
 from sidecar.upstream.balancer import Balancer
 
 METHOD = "/test.States/Call"
 OK = Outcome(OutcomeClass.SUCCESS)
 
 
-class Span:
-    """Where ``deliver`` records the status (the request's telemetry stands aside here)."""
+class Spans:
+    """The request's telemetry, its spans kept in memory."""
 
     def __init__(self) -> None:
-        self.status: Any = None
-        self.ended: list[str | None] = []
+        self.exporter = InMemorySpanExporter()
+        self.telemetry = Telemetry(span_exporter=self.exporter)
 
-    def set_attribute(self, key: str, value: Any) -> None:
-        self.status = value
+    def request(self) -> RequestObserver:
+        return self.telemetry.request(listener="l", upstream="u", protocol="grpc", name="test.States/Call")
 
-    def end(self, error: str | None = None) -> None:
-        self.ended.append(error)
+    def ended(self) -> list[tuple[Any, str | None]]:
+        """(status code attribute, span status description) of each request span that ended."""
+        return [
+            ((s.attributes or {}).get("rpc.grpc.status_code"), s.status.description)
+            for s in self.exporter.get_finished_spans()
+        ]
 
 
 Handler = Callable[[grpc.aio.ServicerContext], Awaitable[None]]
@@ -81,7 +87,7 @@ async def test_a_call_answered_by_its_attempt_walks_every_state() -> None:
             down = self.down
             with pytest.raises(InvalidTransition, match="write is not a transition from state 'open'"):
                 await down.write(b"before the claim")
-            assert down.claim(ctx) and down.claim(ctx)  # the owner keeps it
+            assert ctx.commit() and down.claim(cmd.attempt) and down.claim(cmd.attempt)  # the owner keeps it
             seen.append(down.state)
             with pytest.raises(InvalidTransition, match="write is not a transition from state 'claimed'"):
                 await down.write(b"before the headers")
@@ -106,12 +112,12 @@ async def test_a_call_answered_by_its_attempt_walks_every_state() -> None:
         seen.append(down.state)
         with pytest.raises(CallClosed):
             await down.write(b"after the answer was decided")
-        span = Span()
-        down.deliver(Answer(grpc.StatusCode.OK, "", [("x-t", "2")]), span)  # type: ignore[arg-type]
+        spans = Spans()
+        down.deliver(Answer(grpc.StatusCode.OK, "", [("x-t", "2")]), spans.request())
         seen.append(down.state)
-        assert span.status == 0 and span.ended == [None]
+        assert spans.ended() == [(0, None)]
         with pytest.raises(InvalidTransition, match="deliver is not a transition from state 'answered'"):
-            down.deliver(Answer(grpc.StatusCode.INTERNAL, "twice"), span)  # type: ignore[arg-type]
+            down.deliver(Answer(grpc.StatusCode.INTERNAL, "twice"), spans.request())
         with pytest.raises(InvalidTransition, match="close is not a transition from state 'answered'"):
             await down.close()
 
@@ -140,8 +146,8 @@ async def test_a_hedge_that_finds_the_client_claimed_has_lost() -> None:
                 hedge.set_result(ctx)
                 await asyncio.Event().wait()  # until the engine cancels it
             other = await hedge
-            claims[1] = self.down.claim(ctx)
-            claims[2] = self.down.claim(other)  # the hedge's response came second: the client is taken
+            claims[1] = ctx.commit() and self.down.claim(1)
+            claims[2] = other.commit() and self.down.claim(2)  # the hedge came second: the engine says no
             return AttemptResult(OK)
 
         def discard(self, payload: Any) -> None:
@@ -153,7 +159,7 @@ async def test_a_hedge_that_finds_the_client_claimed_has_lost() -> None:
         await drive(one_call(policy), Hedges(down))
         assert down.owner == 1
         await down.close()
-        down.deliver(Answer(grpc.StatusCode.ABORTED, "the first answered"), Span())  # type: ignore[arg-type]
+        down.deliver(Answer(grpc.StatusCode.ABORTED, "the first answered"), Spans().request())
 
     async with serving(handler) as channel:
         with pytest.raises(grpc.aio.AioRpcError) as e:
@@ -165,9 +171,11 @@ async def test_a_hedge_that_finds_the_client_claimed_has_lost() -> None:
 async def test_a_call_refused_at_the_door_is_answered_with_nothing_sent() -> None:
     async def handler(context: grpc.aio.ServicerContext) -> None:
         down = Downstream(context)
-        span = Span()
-        down.refused(Refusal(Limiter.REQUESTS, Rejection.RATE_EXCEEDED, 0.25, "listener 'api'"), span)  # type: ignore[arg-type]
-        assert down.state is State.ANSWERED and span.ended == []  # the door's step ends the span
+        spans = Spans()
+        down.refused(
+            Refusal(Limiter.REQUESTS, Rejection.RATE_EXCEEDED, 0.25, "listener 'api'"), spans.request()
+        )
+        assert down.state is State.ANSWERED and spans.ended() == []  # the door's step ends the span
         with pytest.raises(InvalidTransition, match="send_headers is not a transition from state 'answered'"):
             await down.send_headers((), 1)
 
