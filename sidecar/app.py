@@ -10,19 +10,21 @@ import random
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry.sdk.trace.export import SpanExporter
 from prometheus_client import Counter
 
-from . import log_redaction, native
+from . import log_redaction, native, parts
 from .adapters import Listener, make_listener
 from .admin import AdminServer
 from .config import Config, ConfigError, effective, load_file
 from .config.effective import redactor
-from .fleet.link import fleet_link
 from .reload import ConfigWatcher, restart_reasons
 from .services import Services
 from .telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from .fleet.link import FleetLink
 
 log = logging.getLogger("sidecar")
 
@@ -36,10 +38,11 @@ class App:
         config: Config,
         *,
         rand: Callable[[], float] | None = None,
-        span_exporter: SpanExporter | None = None,
+        span_exporter: Any = None,
         config_path: Path | None = None,
     ) -> None:
-        """``config_path``: where ``config`` was read from; ``reload()`` reads it again."""
+        """``config_path``: where ``config`` was read from; ``reload()`` reads it again. ``span_exporter``: an
+        OpenTelemetry ``SpanExporter`` that receives every span (tests)."""
         self.config = config
         self.config_path = config_path
         self.telemetry = Telemetry(config.telemetry, span_exporter=span_exporter)
@@ -52,7 +55,8 @@ class App:
         )
         self._reload_lock = asyncio.Lock()
         self.listeners: list[Listener] = [make_listener(lc, self.services) for lc in config.listeners]
-        self.fleet = fleet_link(config, self.services)  # None: no fleet-wide budget
+        fleet_link = parts.load_if_used("fleet", config)
+        self.fleet: FleetLink | None = None if fleet_link is None else fleet_link(config, self.services)
         self.ready = False
         self.admin: AdminServer | None = None
         if config.admin.listen is not None:
