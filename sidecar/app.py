@@ -54,6 +54,7 @@ class App:
             registry=self.telemetry.metrics.registry,
         )
         self._reload_lock = asyncio.Lock()
+        self._retiring: set[asyncio.Task[None]] = set()  # removed listeners finishing their requests
         self.listeners: list[Listener] = [make_listener(lc, self.services) for lc in config.listeners]
         fleet_link = parts.load_if_used("fleet", config)
         self.fleet: FleetLink | None = None if fleet_link is None else fleet_link(config, self.services)
@@ -78,7 +79,7 @@ class App:
         raise KeyError(f"no listener named {listener!r}")
 
     async def reload(self) -> bool:
-        """Read the config file again and apply it (see ``apply``). True when the new config is live."""
+        """Read the config file again and make it live (``update``). True when the new config is live."""
         assert self.config_path is not None, "reload() needs the App built with config_path"
         async with self._reload_lock:
             try:
@@ -88,35 +89,92 @@ class App:
                     log.error("config reload rejected: %s: %s", path or "(file)", msg)
                 self.reloads.labels("rejected").inc()
                 return False
+            return await self.update(new)
+
+    async def update(self, new: Config) -> bool:
+        """``apply``, with listeners added and removed: a new listener is built (its protocol's parts loaded
+        then: grpcio for the first gRPC listener) and started before the switch, so a config whose listener
+        cannot bind is refused whole; a removed listener is out of the sidecar at the switch, stops accepting
+        and finishes the requests it holds (for up to ``shutdown.grace``) afterwards."""
+        names = {lc.name for lc in new.listeners}
+        current = {lst.name for lst in self.listeners}
+        if names == current:
             return self.apply(new)
+        if self._verdict(new) != "go":
+            return False
+        services = Services(new, self.telemetry, self.services.rand, previous=self.services)
+        added: list[Listener] = []
+        for lc in new.listeners:
+            if lc.name in current:
+                continue
+            try:
+                lst = make_listener(lc, services)
+                await lst.start()
+            except (
+                Exception
+            ) as e:  # cannot bind, or its protocol cannot load: nothing of this config goes live
+                log.error("config reload rejected: listeners.%s: cannot start: %s", lc.name, e)
+                await asyncio.gather(*(a.stop(0) for a in added), return_exceptions=True)
+                self.reloads.labels("rejected").inc()
+                return False
+            added.append(lst)
+            log.info("listener %s ready on %s:%d", lst.name, *lst.address)
+        removed = [lst for lst in self.listeners if lst.name not in names]
+        self._switch(new, services, [*(lst for lst in self.listeners if lst.name in names), *added])
+        for lst in removed:
+            log.info("listener %s removed: draining for up to %.1fs", lst.name, new.shutdown.grace)
+            task = asyncio.get_running_loop().create_task(
+                lst.stop(new.shutdown.grace), name=f"retire {lst.name}"
+            )
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+        return True
 
     def apply(self, new: Config) -> bool:
         """Make ``new`` the live config, at once for every listener: requests that start from now on use it,
         those in progress finish under the one they started with. Refused (False, logged, the old config
-        stays) when it changes what only a restart can (a listener's address or protocol, ...)."""
+        stays) when it changes what only a restart can (a listener's address or protocol, ...), or adds or
+        removes a listener (that takes starting or stopping one: ``update``)."""
+        changed = sorted({lc.name for lc in new.listeners} ^ {lst.name for lst in self.listeners})
+        if changed:
+            log.error("config not applied: listeners %s added or removed (App.update does that)", changed)
+            self.reloads.labels("rejected").inc()
+            return False
+        verdict = self._verdict(new)
+        if verdict != "go":
+            return verdict == "unchanged"
+        self._switch(
+            new, Services(new, self.telemetry, self.services.rand, previous=self.services), self.listeners
+        )
+        return True
+
+    def _verdict(self, new: Config) -> str:
+        """``go``: ``new`` may replace the live config; ``unchanged`` or ``rejected`` (counted and logged)."""
         if new == self.config:
             log.info("config reload: no change")
             self.reloads.labels("unchanged").inc()
-            return True
+            return "unchanged"
         reasons = restart_reasons(self.config, new)
         if reasons:
             for reason in reasons:
                 log.error("config reload rejected: %s", reason)
             self.reloads.labels("rejected").inc()
-            return False
+            return "rejected"
         log_redaction.learn(redactor(new))  # before anything under the new config can log
-        services = Services(new, self.telemetry, self.services.rand, previous=self.services)
+        return "go"
+
+    def _switch(self, new: Config, services: Services, listeners: list[Listener]) -> None:
         by_name = {lc.name: lc for lc in new.listeners}
         # No await from here to the end: no request can begin between two listeners' swaps.
-        for lst in self.listeners:
+        for lst in listeners:
             lst.reconfigure(by_name[lst.name], services)
+        self.listeners = listeners
         self.services = services
         self.config = new
         if self.admin is not None:
             self.admin.show(effective(new))
         self.reloads.labels("applied").inc()
         log.info("config reloaded from %s", self.config_path)
-        return True
 
     async def start(self) -> None:
         try:
@@ -138,6 +196,11 @@ class App:
         self.ready = False
         g = self.config.shutdown.grace if grace is None else grace
         await asyncio.gather(*(lst.stop(g) for lst in self.listeners), return_exceptions=True)
+        if self._retiring:  # listeners a reload removed, still draining: as long as the others, no longer
+            _, late = await asyncio.wait(self._retiring, timeout=g)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
         if self.fleet is not None:
             await self.fleet.stop()
         if self.admin is not None:

@@ -11,8 +11,6 @@ import hashlib
 import hmac
 import os
 
-from pymongo.saslprep import saslprep
-
 _DIGESTS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-1": "sha1"}
 
 
@@ -34,6 +32,10 @@ class ScramClient:
             self.username = username
             self._password = hashlib.md5(f"{username}:mongo:{password}".encode()).hexdigest().encode()
         else:
+            # pymongo's SASLprep (RFC 4013), imported only here: importing any of pymongo loads the whole
+            # driver (~8 MB), which a MongoDB listener needs for nothing else (its codec is bson's).
+            from pymongo.saslprep import saslprep
+
             self.username = saslprep(username)
             self._password = saslprep(password).encode()
         self.nonce = nonce or base64.b64encode(os.urandom(24)).decode()
