@@ -99,6 +99,7 @@ async def test_an_http_only_sidecar_loads_no_grpc_mongodb_redis_aiohttp_or_opent
             modules = sc.imported()
             assert loads(modules, "sidecar.adapters.http"), "the import record is read"
             assert loaded_heavy(modules) == [], f"an HTTP-only config loaded {loaded_heavy(modules)}"
+            assert not loads(modules, "typer")  # the CLI framework parses the other commands, not run
             maps = sc.mapped()
             assert "httptools" in maps  # the extension modules it uses are mapped ...
             for extension in ("cygrpc", "_cbson", "_cmessage", "aiohttp", "_pydantic_core"):
