@@ -1,27 +1,33 @@
 """What one sidecar costs a pod: memory at rest, time to ready, memory under load, per configuration.
 
-    .venv/bin/python bench/footprint.py [--starts 3] [--load 8] [--only http,grpc]
+    .venv/bin/python bench/footprint.py [--starts 3] [--load 8] [--only http,grpc]   # the .venv's sidecar
+    .venv/bin/python bench/footprint.py --image localhost/retry-sidecar:dev --out footprint-image   # the image's
 
-Configurations (issue 27), each a real ``sidecar run`` process as the image runs it, in front of real
-upstreams on 127.0.0.1 (nginx for HTTP; the project's gRPC upstream and MongoDB test server):
+Configurations (issue 27), each a real ``sidecar run`` process, in front of real upstreams on 127.0.0.1
+(nginx for HTTP; the project's gRPC upstream and MongoDB test server):
 
 - ``http``: one HTTP listener and its upstream, nothing else (the admin port on, for ``/readyz``);
 - ``grpc``: one gRPC listener; ``mongodb``: one MongoDB listener;
 - ``all``: the three, traces exported over OTLP/gRPC to a real receiver (every span it gets is counted), an
   admission profile on each listener, and fleet-wide budgets settled with a real ``redis-server``.
 
+The sidecar is a venv's (``--venv``, default .venv: what ``make install`` built) or, with ``--image``, the
+image's, run by podman as a pod runs it (read-only, uid 10001, no capabilities, the host's network); either
+way its memory and CPU time are read from this host's /proc for the sidecar's own process.
+
 Each configuration is started ``--starts`` times (the figures are the median, the spread min..max). One
-start: exec ``sidecar run``; poll ``/readyz`` every 2 ms until 200 (the time from exec to ready); wait a
-second; read ``VmRSS`` from /proc (idle RSS); send one request through each listener and read it again
-(RSS after one request each: what was left for the first request to load shows here); for ``http``, then
-bench/http_overhead.py's load (wrk: 32 connections closed loop for ``--load`` seconds, then 10 connections
-paced at ~1,000 requests/s) and ``VmHWM`` (peak RSS). Between starts, ``python -c pass`` is timed the same
-way (exec to exit): the floor any Python process pays on this machine, in the same run. One more start per
+start: exec ``sidecar run`` (or ``podman run``); poll ``/readyz`` every 2 ms until 200 (the time from exec to
+ready; and the CPU time the process used until then, which a busy machine disturbs less); wait a second;
+read ``VmRSS`` (idle RSS); send one request through each listener and read it again (RSS after one request
+each: what was left for the first request to load shows here); for ``http``, then bench/http_overhead.py's
+load (wrk: 32 connections closed loop for ``--load`` seconds, then 10 connections paced at ~1,000
+requests/s) and ``VmHWM`` (peak RSS). Between starts, ``python -c pass`` is timed the same way (with
+``podman run`` for an image): the floor any Python process pays here, in the same run. One more start per
 configuration with ``PYTHONPROFILEIMPORTTIME=1`` (not timed: it slows imports) lists the heavy packages the
 process imported and the import time up to ready, from the interpreter's own record.
 
-Needs nginx, wrk and redis-server (``apt-get install -y nginx wrk redis-server``). Writes
-``bench/results/footprint.json`` (the table in bench/README.md: ``bench/run_all.py --table-only``).
+Needs nginx, wrk and redis-server (``apt-get install -y nginx wrk redis-server``), and podman for
+``--image``. Writes ``bench/results/<--out>.json`` (the table in bench/README.md: ``run_all.py --table-only``).
 """
 
 from __future__ import annotations
@@ -47,8 +53,7 @@ from http_overhead import PACE_LUA, ROOT, nginx_conf, stop, wrk
 sys.path.insert(0, str(ROOT))
 from sidecar.testing.imports import HEAVY, import_seconds, imported, loaded_heavy  # noqa: E402
 
-SIDECAR = str(ROOT / ".venv" / "bin" / "sidecar")
-PYTHON = str(ROOT / ".venv" / "bin" / "python")
+VENV = ROOT / ".venv"
 CONFIGS = ("http", "grpc", "mongodb", "all")
 GOALS = {"http": 45.0, "grpc": 55.0, "mongodb": 50.0, "all": 75.0}  # idle RSS, MB (issue 27)
 PEAK_GOAL = 55.0  # peak RSS under load, HTTP only, MB
@@ -108,7 +113,10 @@ class Upstreams:
         self.procs.append(nginx)
         wait_port(self.http, nginx)
         helper = subprocess.Popen(
-            [PYTHON, __file__, "--upstreams"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [sys.executable, __file__, "--upstreams"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.procs.append(helper)
         assert helper.stdout is not None
@@ -232,54 +240,143 @@ def ready(port: int) -> bool:
         return False
 
 
-def wait_ready(proc: subprocess.Popen, port: int, t0: float, log: Path, timeout: float = 30.0) -> float:
+def cpu_s(pid: int) -> float:
+    """CPU time (user + system) the process has used so far: less sensitive than wall time to a busy machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Started:
+    """A ``sidecar run`` process (local or in a container): its pid (on this host), its stderr, how to stop it."""
+
+    def __init__(self, pid: int, alive: Callable[[], bool], log: Callable[[], str], stop: Callable[[], None]):
+        self.pid, self.alive, self.log, self.stop = pid, alive, log, stop
+
+
+class Local:
+    """``sidecar run`` of a venv, as a process of this machine."""
+
+    def __init__(self, venv: Path) -> None:
+        self.sidecar = str(venv / "bin" / "sidecar")
+        self.python = str(venv / "bin" / "python")
+
+    def version(self) -> str:
+        return subprocess.run(
+            [self.sidecar, "version"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    def floor(self) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([self.python, "-c", "pass"], check=True)
+        return time.perf_counter() - t0
+
+    def start(self, conf: Path, profile: bool) -> Started:
+        env = dict(os.environ)
+        if profile:
+            env["PYTHONPROFILEIMPORTTIME"] = "1"
+        log = conf.with_suffix(".stderr")
+        with log.open("wb") as err:
+            proc = subprocess.Popen(
+                [self.sidecar, "run", "-c", str(conf), "--log-level", "warning"],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=env,
+            )
+        return Started(
+            proc.pid, lambda: proc.poll() is None, lambda: log.read_text(errors="replace"), lambda: stop(proc)
+        )
+
+
+class Image:
+    """``sidecar run`` in the image, as a pod runs it (podman: read-only, uid 10001, no capabilities, the
+    host's network); memory and CPU are read from this host's /proc for the container's process."""
+
+    SECURE = ("--read-only", "--cap-drop=ALL", "--security-opt", "no-new-privileges", "--user", "10001:10001")
+
+    def __init__(self, image: str) -> None:
+        self.image = image
+
+    def podman(self, *args: str) -> str:
+        return subprocess.run(["podman", *args], capture_output=True, text=True, check=True).stdout.strip()
+
+    def version(self) -> str:
+        return self.podman("run", "--rm", *self.SECURE, self.image, "version") + f" (image {self.image})"
+
+    def floor(self) -> float:
+        t0 = time.perf_counter()
+        self.podman(
+            "run",
+            "--rm",
+            *self.SECURE,
+            "--network",
+            "host",
+            "--entrypoint",
+            "python3",
+            self.image,
+            "-c",
+            "pass",
+        )
+        return time.perf_counter() - t0
+
+    def start(self, conf: Path, profile: bool) -> Started:
+        env = ["-e", "PYTHONPROFILEIMPORTTIME=1"] if profile else []
+        cid = self.podman(
+            "run", "-d", "--network", "host", *self.SECURE, *env, "-v", f"{conf.parent}:/etc/sidecar:ro",
+            self.image, "run", "-c", f"/etc/sidecar/{conf.name}", "--log-level", "warning",
+        )  # fmt: skip
+        pid = int(self.podman("inspect", "--format", "{{.State.Pid}}", cid))
+
+        def alive() -> bool:
+            return self.podman("inspect", "--format", "{{.State.Running}}", cid) == "true"
+
+        def log() -> str:
+            r = subprocess.run(["podman", "logs", cid], capture_output=True, text=True)
+            return r.stderr + r.stdout
+
+        def halt() -> None:
+            subprocess.run(["podman", "rm", "-f", "-t", "10", cid], capture_output=True)
+
+        return Started(pid, alive, log, halt)
+
+
+def wait_ready(sc: Started, port: int, t0: float, timeout: float = 60.0) -> float:
     """Seconds from ``t0`` (the exec) to ``/readyz`` answering 200."""
     while not ready(port):
-        if proc.poll() is not None:
-            err = log.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"sidecar exited ({proc.returncode}):\n{err}")
+        if not sc.alive():
+            raise RuntimeError(f"sidecar exited:\n{sc.log()[-3000:]}")
         if time.perf_counter() - t0 > timeout:
-            raise RuntimeError("sidecar not ready within 30 s")
+            raise RuntimeError(f"sidecar not ready within {timeout:g} s")
         time.sleep(0.002)
     return time.perf_counter() - t0
 
 
-def python_pass() -> float:
-    t0 = time.perf_counter()
-    subprocess.run([PYTHON, "-c", "pass"], check=True)
-    return time.perf_counter() - t0
-
-
-def one_start(name: str, tmp: Path, up: Upstreams, redis_url: str | None, load: float, profile: bool) -> dict:
+def one_start(
+    target: Local | Image,
+    name: str,
+    tmp: Path,
+    up: Upstreams,
+    redis_url: str | None,
+    load: float,
+    profile: bool,
+) -> dict:
     ports = {k: free_port() for k in ("admin", "http", "grpc", "mongodb")}
     conf = tmp / f"{name}.yaml"
     conf.write_text(config_text(name, ports, up, redis_url))
-    env = dict(os.environ)
-    if profile:
-        env["PYTHONPROFILEIMPORTTIME"] = "1"
-    err = open(tmp / f"{name}.err", "w+b")  # noqa: SIM115 - read back below
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [SIDECAR, "run", "-c", str(conf), "--log-level", "warning"],
-        stdout=subprocess.DEVNULL,
-        stderr=err,
-        env=env,
-    )
+    sc = target.start(conf, profile)
     out: dict[str, Any] = {}
     try:
-        out["ready_s"] = wait_ready(proc, ports["admin"], t0, tmp / f"{name}.err")
+        out["ready_s"] = wait_ready(sc, ports["admin"], t0)
+        out["cpu_s"] = cpu_s(sc.pid)
         time.sleep(1.0)  # let the loop settle (gc.freeze, the first lease) before reading memory
-        out["idle_mb"] = status_mb(proc.pid, "VmRSS")
-        imports_at_ready = None
-        if profile:
-            err.flush()
-            imports_at_ready = err.tell()
+        out["idle_mb"] = status_mb(sc.pid, "VmRSS")
+        log_at_ready = sc.log() if profile else ""
         protocols = list(REQUESTS) if name == "all" else [name]
         exports_before = up.exports() if name == "all" else 0
         for p in protocols:
             REQUESTS[p](ports[p])
         time.sleep(0.5)
-        out["after_one_mb"] = status_mb(proc.pid, "VmRSS")
+        out["after_one_mb"] = status_mb(sc.pid, "VmRSS")
         if name == "all":  # the batch processor exports within 5 s
             deadline = time.monotonic() + 15
             while up.exports() == exports_before and time.monotonic() < deadline:
@@ -290,21 +387,17 @@ def one_start(name: str, tmp: Path, up: Upstreams, redis_url: str | None, load: 
             pace.write_text(PACE_LUA)
             r = wrk(ports["http"], load, 32)
             paced = wrk(ports["http"], load, 10, pace)
-            out["peak_mb"] = status_mb(proc.pid, "VmHWM")
+            out["peak_mb"] = status_mb(sc.pid, "VmHWM")
             out["load_rps"] = r["rps"]
             out["load_errors"] = r["non2xx"] + paced["non2xx"]
-        out["after_load_mb"] = status_mb(proc.pid, "VmRSS")
+        log_after = sc.log() if profile else ""
     finally:
-        stop(proc)
-        err.seek(0)
-        text = err.read().decode(errors="replace")
-        err.close()
+        sc.stop()
     if profile:
-        lines = text[:imports_at_ready] if imports_at_ready is not None else text
-        out["imports_at_ready"] = imported(lines)
-        out["import_s"] = import_seconds(lines)
+        out["imports_at_ready"] = imported(log_at_ready)
+        out["import_s"] = import_seconds(log_at_ready)
         out["heavy_at_ready"] = loaded_heavy(out["imports_at_ready"])
-        out["heavy_after_one"] = loaded_heavy(imported(text))
+        out["heavy_after_one"] = loaded_heavy(imported(log_after))
     return out
 
 
@@ -314,6 +407,17 @@ def main() -> int:
     ap.add_argument("--starts", type=int, default=3, help="starts per configuration (the median is reported)")
     ap.add_argument("--load", type=float, default=8.0, help="seconds of each wrk phase (http; 0: no load)")
     ap.add_argument("--only", default=",".join(CONFIGS), help="configurations, comma-separated")
+    ap.add_argument("--venv", type=Path, default=VENV, help="the venv whose sidecar runs (default: .venv)")
+    ap.add_argument(
+        "--image", help="run the sidecar in this image with podman instead (make image builds one)"
+    )
+    ap.add_argument("--out", default="footprint", help="the result's name: bench/results/NAME.json")
+    ap.add_argument(
+        "--against",
+        type=Path,
+        help="another venv (main's, say): its http configuration is started alternately with this one's, "
+        "--starts times each, and the start times compared (ratios of medians, same run)",
+    )
     ap.add_argument("--upstreams", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.upstreams:
@@ -326,49 +430,60 @@ def main() -> int:
     if unknown:
         print(f"unknown configuration(s) {unknown}: {', '.join(CONFIGS)}", file=sys.stderr)
         return 2
-    needed = ["nginx", "wrk"] + (["redis-server"] if "all" in names else [])
+    needed = (
+        ["nginx", "wrk"] + (["redis-server"] if "all" in names else []) + (["podman"] if args.image else [])
+    )
     missing = [t for t in needed if shutil.which(t) is None and not Path("/usr/sbin", t).exists()]
     if missing:
         print(f"missing {' '.join(missing)}: apt-get install -y {' '.join(missing)}", file=sys.stderr)
         return 2
+    target = Image(args.image) if args.image else Local(args.venv)
     started = machine()
-    build = subprocess.run([SIDECAR, "version"], capture_output=True, text=True, check=True).stdout.strip()
+    build = target.version()
     say(f"{build}; {started['cores']} cores, load {started['load_at_start']}; {args.starts} starts each")
     results: dict[str, list[dict]] = {n: [] for n in names}
     profiles: dict[str, dict] = {}
     floor: list[float] = []
     with tempfile.TemporaryDirectory(prefix="sidecar-footprint-") as t:
         tmp = Path(t)
+        tmp.chmod(0o755)  # the image's sidecar (uid 10001) reads its configs here
         up = Upstreams(tmp)
         try:
             redis_url = up.start_redis() if "all" in names else None
             for n in names:  # warm the page cache: the first exec of a cold venv reads it from disk
-                one_start(n, tmp, up, redis_url, 0, profile=False)
+                one_start(target, n, tmp, up, redis_url, 0, profile=False)
             for i in range(args.starts):
                 for n in names:  # interleaved, so a busy minute on the machine hits every configuration
-                    floor.append(python_pass())
-                    r = one_start(n, tmp, up, redis_url, args.load, profile=False)
+                    floor.append(target.floor())
+                    r = one_start(target, n, tmp, up, redis_url, args.load, profile=False)
                     results[n].append(r)
                     say(
-                        f"start {i + 1} {n:8} ready {r['ready_s']:.3f} s  idle {r['idle_mb']:.1f} MB  "
+                        f"start {i + 1} {n:8} ready {r['ready_s']:.3f} s (CPU {r['cpu_s']:.2f} s)  idle {r['idle_mb']:.1f} MB  "
                         f"after one request each {r['after_one_mb']:.1f} MB"
                         + (f"  peak under load {r['peak_mb']:.1f} MB" if "peak_mb" in r else "")
                         + (f"  OTLP exports {r['otlp_exports']}" if "otlp_exports" in r else "")
                     )
             for n in names:
-                profiles[n] = one_start(n, tmp, up, redis_url, 0, profile=True)
+                profiles[n] = one_start(target, n, tmp, up, redis_url, 0, profile=True)
+            against = compare(target, Local(args.against), tmp, up, args.starts) if args.against else None
         finally:
             up.close()
     rows, notes = table(names, results, profiles, floor)
+    if against is not None:
+        rows += against
+        notes.append(
+            f"--against {args.against}: http started alternately with this sidecar, {args.starts} each."
+        )
     show(names, [r for r in rows if r["unit"]])
     for r in rows:
         if not r["unit"]:
             say(f"{r['metric']}: " + "; ".join(f"{n}: {v}" for n, v in r["values"].items()))
     for note in notes:
         say(note)
+    where = f"in the image {args.image} (podman)" if args.image else f"from {args.venv}"
     write(
-        "footprint",
-        "What one sidecar costs a pod (issue 27)",
+        args.out,
+        f"What one sidecar costs a pod (issue 27), {where}",
         names,
         rows,
         notes,
@@ -376,6 +491,32 @@ def main() -> int:
         started | {"build": build},
     )
     return 0
+
+
+def compare(target: Local | Image, other: Local, tmp: Path, up: Upstreams, starts: int) -> list[dict]:
+    """Start times of the http configuration, this sidecar's and ``other``'s alternately (a busy minute hits
+    both): the medians and their ratio."""
+    mine: list[dict] = []
+    theirs: list[dict] = []
+    one_start(other, "http", tmp, up, None, 0, profile=False)  # warm its page cache too
+    for i in range(starts):
+        theirs.append(one_start(other, "http", tmp, up, None, 0, profile=False))
+        mine.append(one_start(target, "http", tmp, up, None, 0, profile=False))
+        say(
+            f"compare {i + 1}: ready {theirs[-1]['ready_s']:.3f} s (CPU {theirs[-1]['cpu_s']:.2f}) against, "
+            f"{mine[-1]['ready_s']:.3f} s (CPU {mine[-1]['cpu_s']:.2f}) this one"
+        )
+    rows = []
+    for key, metric in (("ready_s", "exec to /readyz 200"), ("cpu_s", "CPU time until ready")):
+        a, b = med([r[key] for r in theirs]), med([r[key] for r in mine])
+        rows.append(
+            {
+                "metric": f"http, {metric}: --against / this / ratio",
+                "unit": "",
+                "values": {"http": f"{a:.3f} s / {b:.3f} s / {b / a:.2f}"},
+            }
+        )
+    return rows
 
 
 def med(values: list[float]) -> float:
@@ -420,8 +561,20 @@ def table(
                 "met": peak.get("http") is not None and peak["http"] <= PEAK_GOAL,
             }
         )
+    if any("load_rps" in r for rs in results.values() for r in rs):
+        rps, rps_sp = values("load_rps")
+        rows.append(
+            {
+                "metric": "requests/s in that load's closed loop",
+                "unit": "req/s",
+                "values": rps,
+                "spread": rps_sp,
+            }
+        )
     start, start_sp = values("ready_s")
     rows.append({"metric": "exec to /readyz 200", "unit": "s", "values": start, "spread": start_sp})
+    cpu, cpu_sp = values("cpu_s")
+    rows.append({"metric": "CPU time until ready", "unit": "s", "values": cpu, "spread": cpu_sp})
     pass_med = med(floor)
     rows.append(
         {
@@ -429,13 +582,6 @@ def table(
             "unit": "s",
             "values": {n: round(pass_med, 3) for n in names},
             "spread": {n: spread(floor) for n in names},
-        }
-    )
-    rows.append(
-        {
-            "metric": "import time until ready (-X importtime)",
-            "unit": "s",
-            "values": {n: round(profiles[n]["import_s"], 3) if n in profiles else None for n in names},
         }
     )
     rows.append(
