@@ -9,6 +9,7 @@ import gc
 import logging
 import random
 import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from .config.effective import redactor
 from .reload import ConfigWatcher, restart_reasons
 from .services import Services
 from .telemetry import Telemetry
+from .upstream.target import split_host_port
 
 if TYPE_CHECKING:
     from .fleet.link import FleetLink
@@ -67,11 +69,18 @@ class App:
                 registry=self.telemetry.metrics.registry,
                 ready=self.is_ready,
                 effective_config=effective(config),
+                live=self.live,
             )
 
     def is_ready(self) -> bool:
-        """Started, not draining, and every listener accepting (a gRPC one being rebuilt is not)."""
-        return self.ready and all(lst.serving for lst in self.listeners)
+        """Started, not draining, every listener accepting (a gRPC one being rebuilt is not), and every
+        upstream's names resolved once (successfully or not)."""
+        return self.ready and all(lst.serving for lst in self.listeners) and self.services.resolved
+
+    def live(self) -> dict[str, object]:
+        """What ``/config`` shows beside the config: each upstream's names and addresses as resolved now
+        (a name that came from ``${VAR}`` hidden as in the config itself)."""
+        return {"discovery": redactor(self.config).tree(self.services.discovery_view())}
 
     def address(self, listener: str) -> tuple[str, int]:
         for lst in self.listeners:
@@ -93,31 +102,36 @@ class App:
             return await self.update(new)
 
     async def update(self, new: Config) -> bool:
-        """``apply``, with listeners added and removed: a new listener is built (its protocol's parts loaded
-        then: grpcio for the first gRPC listener) and started before the switch, so a config whose listener
-        cannot bind is refused whole; a removed listener is out of the sidecar at the switch, stops accepting
-        and finishes the requests it holds (for up to ``shutdown.grace``) afterwards."""
+        """``apply``, with listeners added and removed. A new listener's protocol is loaded (grpcio for the
+        first gRPC listener) and its address tried before anything changes, so a config whose listener cannot
+        load or bind is refused whole; then it is started, and the config switched. A removed listener is out
+        of the sidecar at the switch, stops accepting and finishes what it holds (up to ``shutdown.grace``)."""
+        if new != self.config and not restart_reasons(self.config, new):
+            # names the new config adds are resolved first: their upstreams do not start out empty
+            await self.services.discovery.prepare(new)
         names = {lc.name for lc in new.listeners}
         current = {lst.name for lst in self.listeners}
         if names == current:
             return self.apply(new)
+        adding = [lc for lc in new.listeners if lc.name not in current]
         if self._verdict(new) != "go":
             return False
+        for lc in adding:
+            try:
+                parts.load(f"listener.{lc.protocol}")
+                await can_listen(lc.listen)
+            except Exception as e:  # its protocol cannot load, or its address is taken: nothing changes
+                return self._refused(f"listeners.{lc.name}: cannot start: {e}")
         services = Services(new, self.telemetry, self.services.rand, previous=self.services)
         added: list[Listener] = []
-        for lc in new.listeners:
-            if lc.name in current:
-                continue
+        for lc in adding:
             try:
                 lst = make_listener(lc, services)
                 await lst.start()
-            except (
-                Exception
-            ) as e:  # cannot bind, or its protocol cannot load: nothing of this config goes live
-                log.error("config reload rejected: listeners.%s: cannot start: %s", lc.name, e)
+            except Exception as e:  # taken since it was tried: the live config is made again, unchanged
                 await asyncio.gather(*(a.stop(0) for a in added), return_exceptions=True)
-                self.reloads.labels("rejected").inc()
-                return False
+                self._restore(services)
+                return self._refused(f"listeners.{lc.name}: cannot start: {e}")
             added.append(lst)
             log.info("listener %s ready on %s:%d", lst.name, *lst.address)
         removed = [lst for lst in self.listeners if lst.name not in names]
@@ -130,6 +144,20 @@ class App:
             self._retiring.add(task)
             task.add_done_callback(self._retiring.discard)
         return True
+
+    def _refused(self, reason: str) -> bool:
+        log.error("config reload rejected: %s", reason)
+        self.reloads.labels("rejected").inc()
+        return False
+
+    def _restore(self, touched: Services) -> None:
+        """Building services for a config hands them the state they share with the live ones (doors, budgets,
+        names followed); when that config is then refused, the live config is built again the same way."""
+        services = Services(self.config, self.telemetry, self.services.rand, previous=touched)
+        by_name = {lc.name: lc for lc in self.config.listeners}
+        for lst in self.listeners:
+            lst.reconfigure(by_name[lst.name], services)
+        self.services = services
 
     def apply(self, new: Config) -> bool:
         """Make ``new`` the live config, at once for every listener: requests that start from now on use it,
@@ -178,6 +206,9 @@ class App:
         log.info("config reloaded from %s", self.config_path)
 
     async def start(self) -> None:
+        """The admin port first (``/readyz`` answers 503 meanwhile), the listeners, then every upstream's names
+        resolved once: ready then, whatever the answers (an upstream whose name does not resolve yet gets the
+        no-endpoint answer at once, and its name is tried again on its schedule)."""
         try:
             if self.admin is not None:
                 await self.admin.start()
@@ -187,6 +218,7 @@ class App:
                 log.info("listener %s ready on %s:%d", lst.name, host, port)
             if self.fleet is not None:
                 await self.fleet.start()
+            await self.services.discovery.start()
         except BaseException:
             await self.stop(0)
             raise
@@ -204,6 +236,7 @@ class App:
             await asyncio.gather(*late, return_exceptions=True)
         if self.fleet is not None:
             await self.fleet.stop()
+        await self.services.discovery.stop()
         if self.admin is not None:
             await self.admin.stop()
         self.telemetry.shutdown()
@@ -214,6 +247,23 @@ class App:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop(0)
+
+
+async def can_listen(listen: str) -> None:
+    """Raises ``OSError`` when ``listen`` (``host:port``) cannot be bound now (taken, or not an address of
+    this host); port 0 always can. The socket is let go at once: the listener binds its own."""
+    host, port = split_host_port(listen)
+    if port == 0:
+        return
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    for family, kind, proto, _, address in dict.fromkeys(infos):
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # as the listeners bind
+            s.bind(address)
 
 
 def release_free_memory() -> None:

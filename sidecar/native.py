@@ -58,6 +58,7 @@ SOURCES = (
     "sidecar/upstream/outlier.py",
     "sidecar/admission/bucket.py",
     "sidecar/gates/door.py",
+    "sidecar/admit.py",
     "sidecar/runtime.py",
     "sidecar/timers.py",
     "sidecar/services.py",

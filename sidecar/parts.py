@@ -48,6 +48,14 @@ def fleet_wide(config: Config) -> bool:
     return False
 
 
+def names_resolved(config: Config) -> bool:
+    """An endpoint written as a name the sidecar resolves itself (``upstream/discovery.py``)."""
+    from .upstream.target import STATIC, parse
+
+    found = config.discovered_upstreams()
+    return any(parse(text).kind != STATIC for name in found for text in config.upstreams[name].endpoints)
+
+
 def _listens(protocol: str) -> Callable[[Config], bool]:
     return lambda config: any(lc.protocol == protocol for lc in config.listeners)
 
@@ -64,6 +72,7 @@ PARTS: dict[str, Part] = {
         "the OpenTelemetry SDK and its exporter (OTLP/gRPC: grpcio, protobuf)",
     ),
     "fleet": Part("sidecar.fleet.link:fleet_link", fleet_wide, "redis-py"),
+    "dns": Part("sidecar.upstream.resolver:Resolver", names_resolved, "dnspython"),
 }
 
 

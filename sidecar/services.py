@@ -2,9 +2,9 @@
 listener's door), telemetry, randomness.
 
 Built once by the composition root (``app.py``) from a validated config. Adapters ask it for a policy by
-name, for their listener's door (``door``: the request and connection gates, issue 12) and for a new engine
-``Call`` bound to an upstream's shared balancer and retry budget; a request the door refuses gets its span
-from ``refused``.
+name and for their listener's door (``door``: the request and connection gates, issue 12); the one way in
+(``admit.py``) asks it for a request's new engine ``Call``, bound to an upstream's shared balancer and retry
+budget (``begin_request``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .admission.refusal import Refusal
 from .buffer_budget import BufferBudget
 from .config import Config, PolicyConfig, UpstreamConfig, retry_policy
 from .gates.concurrency import UpstreamConcurrency
@@ -35,6 +34,7 @@ from .policy import (
 from .telemetry import RequestObserver, Telemetry
 from .telemetry.metrics import Meters
 from .upstream.balancer import Balancer
+from .upstream.discovery import Discovery, UpstreamEndpoints
 from .upstream.outlier import OutlierSpec
 
 
@@ -62,22 +62,45 @@ class CompiledPolicy:
 
 
 class UpstreamRuntime:
-    """One upstream's shared state: its endpoints' balancer, one throttle per throttle setting, the
-    upstream's own retry budget (``retry_budget``, consulted on top of each: ``BudgetedThrottle``) and its
-    endpoints' execution control (``concurrency``: ``None`` when it limits nothing)."""
+    """One upstream's shared state: its set of endpoints (``endpoints``: every address behind its names,
+    ``upstream/discovery.py``) and their balancer, one throttle per throttle setting, the upstream's own
+    retry budget (``retry_budget``, consulted on top of each: ``BudgetedThrottle``) and its endpoints'
+    execution control (``concurrency``: ``None`` when it limits nothing)."""
 
     def __init__(
-        self, name: str, config: UpstreamConfig, telemetry: Telemetry, previous: UpstreamRuntime | None = None
+        self,
+        name: str,
+        config: UpstreamConfig,
+        telemetry: Telemetry,
+        previous: UpstreamRuntime | None = None,
+        discovery: Discovery | None = None,
+        discovered: bool = True,
     ) -> None:
-        """``previous``: this upstream's state under the config being replaced (a reload): its execution
-        control carries over, reconfigured, so that tickets held and attempts queued are not dropped."""
+        """``previous``: this upstream's state under the config being replaced (a reload): its balancer
+        (the state of each address that remains: outstanding attempts, cooldown, ejection) and its execution
+        control carry over, reconfigured, so that tickets held and attempts queued are not dropped.
+        ``discovered``: its names are resolved to addresses, each an endpoint (``False``: a MongoDB
+        upstream's members, as written)."""
         self.name = name
         self.config = config
-        self.balancer = Balancer(
-            config.endpoints, cooldown=config.overload_cooldown, outliers=outlier_spec(config)
+        self.discovered = discovered
+        outliers = outlier_spec(config)
+        self.balancer: Balancer
+        if previous is not None:
+            self.balancer = previous.balancer
+            self.balancer.reconfigure(config.overload_cooldown, outliers)
+            previous.retire()
+        else:
+            self.balancer = Balancer([], cooldown=config.overload_cooldown, outliers=outliers)
+        metrics = telemetry.metrics
+        metrics.watch_outliers(name, self.balancer)
+        if discovery is None:
+            discovery = Discovery(Config().resolver, random.Random().random)
+        dns = metrics.dns(name)
+        self.endpoints = UpstreamEndpoints(
+            name, discovery.targets(name, config, discovered), self.balancer, dns.count
         )
-        if self.balancer.outliers is not None:
-            telemetry.metrics.watch_outliers(name, self.balancer)
+        metrics.watch_endpoints(name, self.endpoints)
         self._telemetry = telemetry
         self._throttles: dict[ThrottleSpec, Throttle] = {}
         self._by_id: dict[int, tuple[ThrottleSpec, Throttle]] = {}  # hashing a spec costs a Python call
@@ -96,6 +119,12 @@ class UpstreamRuntime:
             else:
                 self.concurrency = UpstreamConcurrency(name, cc)
         telemetry.metrics.watch_concurrency(name, self.concurrency)
+        if self.concurrency is not None:
+            self.endpoints.watch(_Tickets(self.concurrency))
+
+    def retire(self) -> None:
+        """A reload replaced this upstream's config: its set stops following its targets."""
+        self.endpoints.close()
 
     def throttle(self, spec: ThrottleSpec | None) -> Throttle | None:
         """The upstream's budget for ``spec``: one per distinct throttle setting, shared by every policy
@@ -115,6 +144,19 @@ class UpstreamRuntime:
         return bucket
 
 
+class _Tickets:
+    """An address that drained gives its ticket pools and prober back (a pod gone for good is not kept)."""
+
+    def __init__(self, concurrency: UpstreamConcurrency) -> None:
+        self.concurrency = concurrency
+
+    def left(self, address: str) -> None:
+        pass
+
+    def drained(self, address: str) -> None:
+        self.concurrency.forget(address)
+
+
 class Services:
     def __init__(
         self,
@@ -131,12 +173,27 @@ class Services:
         self.policies = {
             name: CompiledPolicy(name, retry_policy(name, pc), pc) for name, pc in config.policies.items()
         }
+        #: The resolver and every name being followed, for the process's life (``upstream/discovery.py``).
+        self.discovery: Discovery = (
+            previous.discovery if previous is not None else Discovery(config.resolver, self.rand)
+        )
+        self.discovery.reconfigure(config.resolver)
+        discovered = config.discovered_upstreams()
         self.upstreams: dict[str, UpstreamRuntime] = {}
         for name, uc in config.upstreams.items():
             kept = previous.upstreams.get(name) if previous is not None else None
+            same = kept is not None and kept.config == uc and (name in discovered) == kept.discovered
             self.upstreams[name] = (
-                kept if kept is not None and kept.config == uc else UpstreamRuntime(name, uc, telemetry, kept)
+                kept
+                if same and kept is not None
+                else UpstreamRuntime(name, uc, telemetry, kept, self.discovery, name in discovered)
             )
+        if previous is not None:
+            for name, gone in previous.upstreams.items():
+                if name not in self.upstreams:
+                    gone.retire()
+                    telemetry.metrics.forget_upstream(name)
+            self.discovery.retain(w for up in self.upstreams.values() for w in up.endpoints.watches)
         # One budget for the process's life: a reload resizes it, what is held stays accounted.
         self.buffers: BufferBudget = (
             previous.buffers if previous is not None else BufferBudget(config.limits.max_buffered_bytes)
@@ -161,34 +218,17 @@ class Services:
         """The listener's admission (``None``: it admits everything)."""
         return self.doors.get(listener)
 
-    def refused(
-        self,
-        refusal: Refusal,
-        *,
-        listener: str,
-        upstream: str,
-        protocol: str,
-        name: str,
-        attributes: Mapping[str, Any] | None = None,
-        parent: Mapping[str, str] | None = None,
-        meters: Meters | None = None,
-    ) -> RequestObserver:
-        """The telemetry of a request the door refused (it never gets a ``Call``): its span carries the
-        limiter, the reason and when to come back; the adapter answers, then ends it."""
-        obs = self.telemetry.request(
-            listener=listener,
-            upstream=upstream,
-            protocol=protocol,
-            name=name,
-            attributes=attributes,
-            parent=parent,
-            meters=meters,
-        )
-        obs.refused(refusal)
-        return obs
-
     def policy(self, name: str) -> CompiledPolicy:
         return self.policies[name]
+
+    @property
+    def resolved(self) -> bool:
+        """Has every upstream's every name been resolved once (successfully or not)?"""
+        return all(up.endpoints.resolved for up in self.upstreams.values())
+
+    def discovery_view(self) -> dict[str, Any]:
+        """Per upstream, its targets and addresses as resolved now (``/config``)."""
+        return {name: up.endpoints.view() for name, up in sorted(self.upstreams.items())}
 
     def upstream(self, name: str) -> UpstreamRuntime:
         return self.upstreams[name]
@@ -215,8 +255,8 @@ class Services:
         max_attempts: int | None = None,
         picker: EndpointPicker | None = None,
     ) -> tuple[Call, RequestObserver]:
-        """What every protocol does before a request's first attempt: its deadline, its telemetry, its engine
-        call (and, later, where admission is decided).
+        """What every protocol does before a request's first attempt, once admitted (``admit.py``): its
+        deadline, its telemetry, its engine call.
 
         ``received``: the timeout the client sent (seconds; ``None``: none), counted from ``arrival``;
         ``cap``: a timeout the adapter applies as if the client had sent it (gRPC's service config).

@@ -3,6 +3,8 @@
 #   nginx           an upstream of the HTTP differential suite (tests/compat/http)
 #   netcat-openbsd  `nc -N`, a client that half-closes after its request
 #   curl            a rate-limited upload client
+#   dnsmasq-base    a real DNS server whose answers the discovery tests change (tests/integration/discovery;
+#                   the dnsmasq binary alone, no system service)
 # Installed from Debian's packages where this machine has apt and we are root; elsewhere the tests that need
 # a missing program fail and name it (install it by hand, then run make test again).
 set -euo pipefail
@@ -10,6 +12,7 @@ missing=()
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 { command -v nc >/dev/null && nc -h 2>&1 | grep -q -- '-N'; } || missing+=(netcat-openbsd)
 command -v curl >/dev/null || missing+=(curl)
+command -v dnsmasq >/dev/null || [ -x /usr/sbin/dnsmasq ] || missing+=(dnsmasq-base)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "test-deps: installing ${missing[*]} (apt-get)"

@@ -59,13 +59,17 @@ class AdminServer:
         registry: CollectorRegistry,
         ready: Callable[[], bool],
         effective_config: dict[str, Any],
+        live: Callable[[], dict[str, Any]] | None = None,
         limits: Limits = Limits(),
     ) -> None:
+        """``live``: what ``/config`` shows beside the effective config, read when asked (each upstream's
+        resolved addresses); ``limits``: what one client may hold."""
         self.host, self.port = split_host_port(listen)
         self.limits = limits
         self._registry = registry
         self._ready = ready
-        self._config_json = b""
+        self._config: dict[str, Any] = {}
+        self._live = live
         self.show(effective_config)
         self._acceptor: Acceptor | None = None
         self._connections: set[_Connection] = set()
@@ -75,7 +79,7 @@ class AdminServer:
             "/healthz": self._healthz,
             "/readyz": self._readyz,
             "/metrics": self._metrics,
-            "/config": self._config,
+            "/config": self._config_page,
         }
 
     @property
@@ -88,7 +92,7 @@ class AdminServer:
 
     def show(self, effective_config: dict[str, Any]) -> None:
         """``/config`` answers with this from now on (the live config, after a reload)."""
-        self._config_json = json.dumps(effective_config, indent=2).encode()
+        self._config = effective_config
 
     async def start(self) -> None:
         self._acceptor = await Acceptor.start(
@@ -150,8 +154,9 @@ class AdminServer:
     def _metrics(self, request: AdminRequest) -> AdminResponse:
         return AdminResponse(200, generate_latest(self._registry), CONTENT_TYPE_LATEST)
 
-    def _config(self, request: AdminRequest) -> AdminResponse:
-        return AdminResponse(200, self._config_json, JSON)
+    def _config_page(self, request: AdminRequest) -> AdminResponse:
+        data = self._config if self._live is None else {**self._config, **self._live()}
+        return AdminResponse(200, json.dumps(data, indent=2).encode(), JSON)
 
 
 class _Refused(Exception):

@@ -13,11 +13,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from . import grpc_service_config
+from ..upstream import target
+from . import applies, grpc_service_config
 from .env import Expansions, expand, join
 from .presets import PRESETS, resolve_policies
 from .redact import Redactor, secret_key_values
-from .schema import PROTOCOL_PRESETS, Config
+from .schema import PROTOCOL_PRESETS, Config, DnsConfig, UpstreamConfig
 from .units import split_host_port
 
 ErrorList = list[tuple[str, str]]
@@ -78,6 +79,7 @@ def load_dict(tree: Any, environ: Mapping[str, str] | None = None, source: str =
     errors: ErrorList = []
     expansions = Expansions()
     tree = expand(tree, os.environ if environ is None else environ, "", errors, expansions)
+    misplaced_keys = applies.misplaced(tree)  # read as written: presets' values are not the user's
     raw_policies = tree.get("policies") or {}
     user_policies = sorted(raw_policies) if isinstance(raw_policies, dict) else []
     if isinstance(raw_policies, dict):
@@ -92,12 +94,17 @@ def load_dict(tree: Any, environ: Mapping[str, str] | None = None, source: str =
         errors.extend(err for err in _pydantic_errors(e) if not err[0].startswith(env_paths or ("\0",)))
         config = None
     errors.extend(_references(tree, user_policies))
+    errors.extend(_endpoint_rules(tree))
+    errors.extend(misplaced_keys)
+    if config is not None:
+        errors.extend(_buffer_bounds(config))
     if errors:
         # A message may quote a value (``'x' is not a duration``): never a secret one.
         redactor = Redactor(expansions, secret_key_values(tree))
         raise ConfigError([(path, redactor.text(msg)) for path, msg in _unique(errors)], source)
     assert config is not None
     config = _with_default_policies(config)
+    config = _with_dns_defaults(config)
     config._expansions = expansions
     return config
 
@@ -109,6 +116,69 @@ def _with_default_policies(config: Config) -> Config:
         for lst in config.listeners
     ]
     return config.model_copy(update={"listeners": listeners})
+
+
+def _with_dns_defaults(config: Config) -> Config:
+    """An upstream whose names are resolved and polled shows its ``dns`` settings, defaults spelled out."""
+    found = config.discovered_upstreams()
+    upstreams = {
+        name: uc.model_copy(update={"dns": DnsConfig()})
+        if name in found and uc.dns is None and _has_names(uc)
+        else uc
+        for name, uc in config.upstreams.items()
+    }
+    return config.model_copy(update={"upstreams": upstreams})
+
+
+def _has_names(uc: UpstreamConfig) -> bool:
+    return any(not target.parse(e).static for e in uc.endpoints)
+
+
+def _endpoint_rules(tree: dict[str, Any]) -> ErrorList:
+    """What endpoint forms and ``dns`` settings mean where they are written (read from the tree, so that
+    they are reported with every other error): ``dns`` on an upstream with nothing to resolve is an error,
+    and a MongoDB upstream's members stay ``host:port`` (a driver's connection resolves them, as before).
+    (``dns`` on a MongoDB upstream at all: ``applies.py``.)"""
+    errors: ErrorList = []
+    upstreams = tree.get("upstreams") if isinstance(tree.get("upstreams"), dict) else {}
+    mongo: set[Any] = set()
+    other: set[Any] = set()
+    for lst in _listeners(tree):
+        if lst.get("protocol") == "mongodb":
+            mongo.add(lst.get("upstream"))
+        else:
+            other.add(lst.get("upstream"))
+            other.update(r.get("upstream") for r in _dicts(lst.get("routes")))
+    for name, up in upstreams.items():
+        if not isinstance(up, dict):
+            continue
+        base = join("upstreams", name)
+        targets = []
+        raw = up.get("endpoints")
+        for i, text in enumerate(raw if isinstance(raw, list) else []):
+            try:
+                targets.append((i, text, target.parse(text)))
+            except ValueError:
+                continue  # the schema names it
+        has_dns = up.get("dns") is not None
+        if name in mongo and name not in other:
+            for i, text, t in targets:
+                if t.scheme:
+                    errors.append(
+                        (
+                            f"{base}.endpoints[{i}]",
+                            f"{text!r}: a MongoDB upstream's members are written host:port "
+                            "(resolved by each connection, as by a driver)",
+                        )
+                    )
+        elif has_dns and targets and all(t.static for _, _, t in targets):
+            errors.append(
+                (
+                    f"{base}.dns",
+                    "no endpoint of this upstream is a name (all are IP addresses): nothing to resolve",
+                )
+            )
+    return errors
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -216,7 +286,10 @@ def _references(tree: dict[str, Any], user_policies: list[str]) -> ErrorList:
             requests = profile.get("requests") if isinstance(profile, dict) else None
             if isinstance(requests, dict) and requests.get("scope") == "fleet":
                 errors.append(
-                    (join(join("admission", name), "requests") + ".scope", "scope fleet needs a `fleet:` block")
+                    (
+                        join(join("admission", name), "requests") + ".scope",
+                        "scope fleet needs a `fleet:` block",
+                    )
                 )
         for name, up in upstreams.items():
             budget = up.get("retry_budget") if isinstance(up, dict) else None

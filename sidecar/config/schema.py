@@ -22,6 +22,7 @@ from pydantic import (
 
 from ..policy.outcome import OutcomeClass
 from ..policy.spec import Jitter
+from ..upstream import target
 from .redact import redact_userinfo
 from .units import Duration, HostPort, OptionalDuration, Size
 
@@ -272,8 +273,56 @@ class ConcurrencyConfig(Base):
         return v
 
 
+def _endpoint(value: object) -> str:
+    """An endpoint in one of its forms (``sidecar/upstream/target.py``), kept as written."""
+    return target.parse(value).text
+
+
+Endpoint = Annotated[str, BeforeValidator(_endpoint)]
+
+
+class DnsConfig(Base):
+    """How an upstream's names are resolved again (``sidecar/upstream/schedule.py``): every ``refresh``
+    (Envoy's dns_refresh_rate), or when the answer's TTL ends (``respect_ttl``, within [1s, refresh]); after a
+    failed resolution, ``failure_refresh``, doubling up to ``refresh``; each plus a random 0..``jitter``.
+    ``family``: which addresses of a name are endpoints (``auto``: A and AAAA)."""
+
+    refresh: Duration = 5.0
+    respect_ttl: bool = False
+    failure_refresh: Duration | None = None  # 1s, or refresh when that is shorter
+    jitter: Duration = 1.0
+    family: Literal["auto", "v4", "v6"] = "auto"
+
+    @field_validator("refresh", "failure_refresh")
+    @classmethod
+    def _often(cls, v: float | None) -> float | None:
+        if v is not None and not MIN_REFRESH <= v < float("inf"):
+            raise ValueError(f"must be at least {MIN_REFRESH * 1000:g}ms and finite")
+        return v
+
+    @field_validator("jitter")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not v < float("inf"):
+            raise ValueError("must be finite")
+        return v
+
+    @model_validator(mode="after")
+    def _order(self) -> DnsConfig:
+        if self.failure_refresh is None:
+            object.__setattr__(self, "failure_refresh", min(1.0, self.refresh))  # frozen: set once, here
+        elif self.failure_refresh > self.refresh:
+            raise ValueError("failure_refresh must not exceed refresh")
+        return self
+
+
+#: The shortest refresh: a fleet of sidecars re-resolving more often than this only loads the DNS servers.
+MIN_REFRESH = 0.1
+
+
 class UpstreamConfig(Base):
-    endpoints: list[HostPort] = Field(min_length=1)
+    endpoints: list[Endpoint] = Field(min_length=1)
+    dns: DnsConfig | None = None  # the loader fills in the defaults for an upstream with a name
     overload_cooldown: Duration = 5.0
     outlier_detection: OutlierDetectionConfig = OutlierDetectionConfig()
     connect_timeout: Duration = 2.0
@@ -436,6 +485,43 @@ PROTOCOL_PRESETS = {"http": "http-default", "grpc": "grpc-a6", "mongodb": "mongo
 
 
 # -- top level --------------------------------------------------------------------------------------
+def _nameserver(value: object) -> str:
+    """A nameserver's ``address[:port]`` (port 53 when omitted), as ``address:port``."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected a nameserver's IP address, with :port when not 53")
+    v = value.strip()
+    if target.is_ip(v):
+        return target.join_host_port(v, 53)
+    try:
+        host, port = target.split_host_port(v)
+    except ValueError:
+        host, port = "", 0
+    if not target.is_ip(host):
+        raise ValueError(f"{v!r}: a nameserver is an IP address (with :port when not 53), not a name")
+    if port == 0:
+        raise ValueError(f"{v!r}: port 0 is not a nameserver's port")
+    return target.join_host_port(host, port)
+
+
+Nameserver = Annotated[str, BeforeValidator(_nameserver)]
+
+
+class ResolverConfig(Base):
+    """Where names are resolved (``sidecar/upstream/resolver.py``): ``nameservers`` (``None``: the system's,
+    from /etc/resolv.conf with its search list), each asked in turn for up to ``timeout``. Names in
+    /etc/hosts are answered from it first, as the system resolver does."""
+
+    nameservers: list[Nameserver] | None = Field(None, min_length=1)
+    timeout: Duration = 2.0
+
+    @field_validator("timeout")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if not 0 < v < float("inf"):
+            raise ValueError("timeout must be positive and finite")
+        return v
+
+
 class AdminConfig(Base):
     listen: HostPort | None = "127.0.0.1:9901"
 
@@ -515,6 +601,7 @@ class Config(Base):
     limits: LimitsConfig = LimitsConfig()
     policies: dict[str, PolicyConfig] = {}
     admission: dict[str, AdmissionConfig] = {}
+    resolver: ResolverConfig = ResolverConfig()
     upstreams: dict[str, UpstreamConfig] = {}
     listeners: list[ListenerConfig] = []
     #: What ``${VAR}`` expansion put in (``env.Expansions``), set by the loader: the effective configuration
@@ -530,3 +617,14 @@ class Config(Base):
 
     def policy(self, name: str) -> PolicyConfig:
         return self.policies[name]
+
+    def discovered_upstreams(self) -> set[str]:
+        """Upstreams whose names are resolved to addresses, each address an endpoint (HTTP and gRPC, issue
+        21): every one but those only MongoDB listeners use (a driver's connection resolves their members)."""
+        mongo = {lc.upstream for lc in self.listeners if lc.protocol == "mongodb"}
+        other: set[str] = set()
+        for lc in self.listeners:
+            if lc.protocol != "mongodb":
+                other.add(lc.upstream)
+                other.update(r.upstream for r in getattr(lc, "routes", ()) if r.upstream is not None)
+        return {name for name in self.upstreams if name not in mongo or name in other}

@@ -8,6 +8,8 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, PlainSerializer
 
+from ..upstream.target import split_host_port
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
@@ -90,28 +92,10 @@ def parse_host_port(value: object) -> str:
         raise ValueError("expected host:port")
     if "@" in value:  # not quoted: it may hold a credential
         raise ValueError("an endpoint is host:port, without user@ (credentials go in the upstream's auth)")
-    host, port = split_host_port(value)
+    host, _ = split_host_port(value)
     if not host:
         raise ValueError(f"{value!r} has no host: expected host:port")
     return value.strip()
-
-
-def split_host_port(value: str) -> tuple[str, int]:
-    v = value.strip()
-    if v.startswith("["):
-        end = v.find("]")
-        if end < 0 or v[end + 1 : end + 2] != ":":
-            raise ValueError(f"{value!r} is not [ipv6]:port")
-        host, port_s = v[1:end], v[end + 2 :]
-    else:
-        host, sep, port_s = v.rpartition(":")
-        if not sep:
-            raise ValueError(f"{value!r} has no port: expected host:port")
-        if ":" in host:
-            raise ValueError(f"{value!r}: write IPv6 addresses as [addr]:port")
-    if not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
-        raise ValueError(f"{value!r}: port must be a number from 0 to 65535")
-    return host, int(port_s)
 
 
 Duration = Annotated[

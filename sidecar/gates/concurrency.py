@@ -115,6 +115,13 @@ class UpstreamConcurrency:
             self._resume(loop)
         return ep
 
+    def forget(self, endpoint: str) -> None:
+        """``endpoint`` left the upstream's set and drained (``upstream/discovery.py``): its pools and prober
+        go, when nothing holds or waits for a ticket (an address that comes back starts afresh)."""
+        ep = self.endpoints.get(endpoint)
+        if ep is not None and ep.idle:
+            del self.endpoints[endpoint]
+
     def reconfigure(self, config: ConcurrencyConfig) -> None:
         """A reload changed the block: new limits now (the prober starts again from the current limit when
         neither ``mode`` nor ``initial`` changed, else from the new ``initial``), waiters kept."""

@@ -7,9 +7,10 @@ the adapters' two questions:
 - **may this request go ahead?** (:meth:`Door.request`), asked once its whole head is read and before any
   upstream work: admitted now, refused now (a :class:`~sidecar.admission.Refusal` the adapter answers in its
   protocol), or queued on a borrowed token (a :class:`Wait` until ``at``, never past ``max_wait`` nor the
-  request's deadline: the bucket refuses at once when it would be). The callback-based HTTP adapter waits on
-  the loop's shared timer heap; the coroutine adapters ``await`` :meth:`Door.admit`. A queued request whose
-  client goes away is interrupted: its borrowed token goes back.
+  request's deadline: the bucket refuses at once when it would be). Every adapter asks through one step,
+  ``sidecar/admit.py``; the callback-based HTTP adapter waits on the loop's shared timer heap, the coroutine
+  adapters ``await`` :meth:`Door.wait`. A queued request whose client goes away is interrupted: its borrowed
+  token goes back.
 - **may this connection be served?** (:meth:`Door.connection`, asked at accept by ``sidecar/gates/accept_gate.py``).
 
 Exempt, and counted as exempted: requests from ``exempt_cidrs``, and operations the adapter knows to be
@@ -139,28 +140,19 @@ class Door:
             return None
         return self._decide(bucket, Limiter.REQUESTS, now, deadline, self.policy)
 
-    async def admit(self, host: str, now: float, deadline: float = math.inf, exempt: bool = False) -> Refusal | None:
-        """For coroutine adapters: the whole request gate, waiting when queued. ``None``: go ahead;
-        a refusal: answer it. Cancelled while queued (the client went away), the token goes back."""
-        if self.requests is None:
-            return None
-        if exempt or self.client_exempt(host):
-            self.exempt()
-            return None
-        entry = self.request(now, deadline)
-        if not isinstance(entry, Wait):
-            return entry
+    async def wait(self, wait: Wait) -> None:
+        """For coroutine adapters: wait until a queued request's token is due (``wait.at``), then admit it.
+        Cancelled while it waits (the client went away), the token goes back."""
         loop = asyncio.get_running_loop()
         woken: asyncio.Future[None] = loop.create_future()
-        handle = loop.call_at(entry.at, _wake, woken)
+        handle = loop.call_at(wait.at, _wake, woken)
         try:
             await woken
         except asyncio.CancelledError:
             handle.cancel()
-            self.interrupted(entry)
+            self.interrupted(wait)
             raise
-        self.admitted(entry, loop.time())
-        return None
+        self.admitted(wait, loop.time())
 
     # -- a fleet-wide request rate (issue 15: sidecar/fleet/member.py RateLimitShare) -----------------------
     @property

@@ -107,8 +107,9 @@ class EndpointPicker:
         return False
 
     def ready_at(self, now: float) -> float:
-        """``pick`` found nothing for a retry: when to ask again (a replica set electing a primary will have
-        one soon), or ``inf``: there will be none, the request ends ``no-endpoint``. The base: ``inf``."""
+        """``pick`` found nothing for the first attempt or a retry: when to ask again (a replica set electing
+        a primary will have one soon), or ``inf``: there will be none, the request ends ``no-endpoint``.
+        The base: ``inf``."""
         return INF
 
 
@@ -523,10 +524,13 @@ class Call:
         tried = [a.endpoint for a in self.attempts] if self.attempts else ()
         endpoint = self.picker.pick(now, self.rand, self.candidates, tried, self.deprioritized or ())
         if endpoint is None:
-            if hedge == 0 and self.attempts:  # a retry: the picker may expect an endpoint soon
+            if hedge == 0:  # the first attempt or a retry: the picker may expect an endpoint soon
                 later = self.picker.ready_at(now)
                 if later < self.deadline:
                     self.retry_at = later  # ask again then (the wait is the engine's, on its own timer)
+                    return False
+                if later < INF:  # a wait for an endpoint that would cross the deadline ends the request now
+                    self._finish(_REASON_DEADLINE, out)
                     return False
             self._finish(_REASON_NO_ENDPOINT, out)
             return False

@@ -107,6 +107,20 @@ class Meters:
         self.give_ups[reason] = self.give_ups.get(reason, 0) + 1
 
 
+class DnsMeters:
+    """An upstream's resolutions, by the name resolved and their result (ok, empty, error); kept for the
+    process's life (a counter never goes back), whatever reloads do to the upstream."""
+
+    __slots__ = ("resolutions",)
+
+    def __init__(self) -> None:
+        self.resolutions: dict[tuple[str, str], int] = {}
+
+    def count(self, name: str, result: str) -> None:
+        key = (name, result)
+        self.resolutions[key] = self.resolutions.get(key, 0) + 1
+
+
 _LABELED: Final = (
     ("requests", "sidecar_requests", "Requests finished, by final decision reason", "reason"),
     ("give_ups", "sidecar_give_ups", "Requests the sidecar gave up on, by reason", "reason"),
@@ -151,6 +165,8 @@ class Metrics:
         self._fleet: Any = None
         self._concurrency: dict[str, Any] = {}
         self._doors: dict[str, Any] = {}
+        self._dns: dict[str, DnsMeters] = {}
+        self._endpoints: dict[str, Any] = {}
         self.registry.register(_Collector(self))
 
     def listener(self, name: str) -> ListenerMeters:
@@ -175,6 +191,25 @@ class Metrics:
         ``sidecar_endpoint_ejected{upstream,endpoint}`` (1 while out of the rotation) for each of
         ``balancer.endpoints``, and ``sidecar_ejections_total{upstream,reason}``."""
         self._outliers[upstream] = balancer
+
+    def dns(self, upstream: str) -> DnsMeters:
+        """The resolution counters of ``upstream`` (``sidecar_dns_resolutions_total{upstream,name,result}``)."""
+        m = self._dns.get(upstream)
+        if m is None:
+            m = self._dns[upstream] = DnsMeters()
+        return m
+
+    def watch_endpoints(self, upstream: str, endpoints: Any) -> None:
+        """Export an upstream's set (``upstream.discovery.UpstreamEndpoints``), read at scrape time:
+        ``sidecar_upstream_endpoints{upstream,state}`` (active, ejected, draining) and
+        ``sidecar_dns_last_success_timestamp_seconds{upstream,name}`` for each name it resolves."""
+        self._endpoints[upstream] = endpoints
+
+    def forget_upstream(self, upstream: str) -> None:
+        """A reload removed ``upstream``: its set and its ejections are no longer exported (its counters, which
+        never go back, stay)."""
+        self._endpoints.pop(upstream, None)
+        self._outliers.pop(upstream, None)
 
     def watch_retry_budget(self, upstream: str, scope: str, budget: Any) -> None:
         """Export an upstream's ``retry_budget`` (``policy.RetryBudget``): its tokens and the retries it
@@ -244,6 +279,7 @@ class Metrics:
             tokens.add_metric([upstream, kind], float(bucket.tokens))
         yield tokens
         yield from self._outlier_families()
+        yield from self._endpoint_families()
         if self._budgets:
             yield from self._budget_families()
         if self._fleet is not None:
@@ -283,12 +319,50 @@ class Metrics:
         )
         for upstream, balancer in sorted(self._outliers.items()):
             detector = balancer.outliers
+            if detector is None:  # outlier detection off
+                continue
             for endpoint in balancer.endpoints:
                 ejected.add_metric([upstream, endpoint], 1.0 if endpoint in detector.ejected else 0.0)
             for reason, n in sorted(detector.ejections.items()):
                 ejections.add_metric([upstream, reason], n)
         yield ejected
         yield ejections
+
+    def _endpoint_families(self) -> Iterator[Metric]:
+        count = GaugeMetricFamily(
+            "sidecar_upstream_endpoints",
+            "An upstream's endpoints (one per address), by state: active, ejected (outlier detection), draining "
+            "(left the set, attempts still in flight)",
+            labels=["upstream", "state"],
+        )
+        resolutions = CounterMetricFamily(
+            "sidecar_dns_resolutions",
+            "Resolutions of an upstream's names, by result: ok, empty (NXDOMAIN, no address), error (kept "
+            "the last good answer)",
+            labels=["upstream", "name", "result"],
+        )
+        success = GaugeMetricFamily(
+            "sidecar_dns_last_success_timestamp_seconds",
+            "When an upstream's name last resolved (ok or empty), in seconds since the epoch",
+            labels=["upstream", "name"],
+        )
+        for upstream, eps in sorted(self._endpoints.items()):
+            balancer = eps.balancer
+            detector = balancer.outliers
+            ejected = 0
+            if detector is not None:
+                ejected = sum(1 for e in balancer.endpoints if e in detector.ejected)
+            count.add_metric([upstream, "active"], float(len(balancer.endpoints) - ejected))
+            count.add_metric([upstream, "ejected"], float(ejected))
+            count.add_metric([upstream, "draining"], float(len(balancer.draining)))
+            for name, when in eps.last_success():
+                success.add_metric([upstream, name], when)
+        for upstream, dns in sorted(self._dns.items()):
+            for (name, result), n in sorted(dns.resolutions.items()):
+                resolutions.add_metric([upstream, name, result], n)
+        yield count
+        yield resolutions
+        yield success
 
     def _budget_families(self) -> Iterator[Metric]:
         labels = ["upstream", "scope"]

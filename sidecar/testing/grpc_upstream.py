@@ -67,7 +67,9 @@ class GrpcUpstream:
         host: str = "127.0.0.1",
         keep_records: bool = True,
         tls: tuple[bytes, bytes] | None = None,
+        port: int = 0,
     ) -> None:
+        """``port``: 0 for a free one (a name's addresses in tests share one port on 127.0.0.2, .3, ...)."""
         self.default = default or Step()
         self.script: deque[Step] = deque()
         self.calls: list[Seen] = []
@@ -77,7 +79,7 @@ class GrpcUpstream:
         self.keep_records = keep_records
         self.tls = tls
         self.host = host
-        self.port = 0
+        self.port = port
         self._server: grpc.aio.Server | None = None
         self._arrived = asyncio.Condition()
 
@@ -120,10 +122,14 @@ class GrpcUpstream:
     async def start(self) -> GrpcUpstream:
         server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))
         server.add_generic_rpc_handlers((_Any(self),))
+        address = f"{self.host}:{self.port}"
         if self.tls is None:
-            self.port = server.add_insecure_port(f"{self.host}:0")
+            port = server.add_insecure_port(address)
         else:
-            self.port = server.add_secure_port(f"{self.host}:0", grpc.ssl_server_credentials([self.tls]))
+            port = server.add_secure_port(address, grpc.ssl_server_credentials([self.tls]))
+        if port == 0:
+            raise OSError(f"cannot listen on {address}")
+        self.port = port
         await server.start()
         self._server = server
         return self

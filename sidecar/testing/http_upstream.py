@@ -78,6 +78,7 @@ class FaultyUpstream:
     in_flight: int = 0  # requests being answered now
     peak_in_flight: int = 0  # the most at once
     hold: asyncio.Event | None = None  # when set to an unset event, every request waits for it (tests)
+    host: str = "127.0.0.1"  # any of 127/8 (a name's addresses in tests: 127.0.0.2, .3, .4)
     _runner: web.AppRunner | None = None
     _port: int = 0
     _waiters: list[tuple[Any, int, asyncio.Future[None]]] = field(default_factory=list)
@@ -91,7 +92,7 @@ class FaultyUpstream:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port, reuse_address=True)
+        site = web.TCPSite(self._runner, self.host, port, reuse_address=True)
         await site.start()
         self._port = self._runner.addresses[0][1]
         return self
@@ -112,8 +113,14 @@ class FaultyUpstream:
         return self._port
 
     @property
+    def open_connections(self) -> int:
+        """Client connections open now (kept-alive ones included)."""
+        server = self._runner.server if self._runner is not None else None
+        return len(server.connections) if server is not None else 0
+
+    @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self._port}"
+        return f"{self.host}:{self._port}"
 
     # -- scripting -------------------------------------------------------------------------------------
     def then(self, *faults: Fault) -> FaultyUpstream:

@@ -16,6 +16,7 @@ HEAVY = (
     "pymongo",
     "bson",
     "redis",
+    "dns",
     "opentelemetry",
     "opentelemetry.sdk",
     "opentelemetry.exporter",

@@ -10,11 +10,17 @@ Endpoints are ranked, and the choice is made among the best rank only:
 So "retry elsewhere when anywhere else exists" holds, and with a single endpoint it is simply used.
 A request's first attempt goes to an ejected endpoint whose ejection time is up, once: the probe that
 returns it to the rotation (or ejects it again).
+
+The set of endpoints changes (:meth:`Balancer.update`: a name resolved again, a reload): an endpoint that
+stays keeps its state (outstanding attempts, cooldown, ejection); a new one starts fresh; one that left gets
+no new attempt (not even a probe) and *drains*: once its last outstanding attempt finished,
+``on_drained(endpoint)`` tells its owner, who closes its connections (``upstream/discovery.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from typing import Final
 
 from ..policy.engine import EndpointPicker
 from ..policy.outcome import OutcomeClass
@@ -22,9 +28,22 @@ from .outlier import OutlierDetector, OutlierSpec
 
 Rand = Callable[[], float]
 
+#: An endpoint's state (``sidecar_upstream_endpoints{state}``, ``/config``).
+ACTIVE: Final = "active"
+EJECTED: Final = "ejected"
+DRAINING: Final = "draining"
+
 
 class Balancer(EndpointPicker):
-    __slots__ = ("endpoints", "cooldown", "outstanding", "outliers", "_penalized_until")
+    __slots__ = (
+        "endpoints",
+        "cooldown",
+        "outstanding",
+        "outliers",
+        "draining",
+        "on_drained",
+        "_penalized_until",
+    )
 
     def __init__(
         self, endpoints: Sequence[str], cooldown: float = 5.0, outliers: OutlierSpec | None = None
@@ -35,6 +54,58 @@ class Balancer(EndpointPicker):
         self.outstanding: dict[str, int] = {e: 0 for e in self.endpoints}
         self.outliers: OutlierDetector | None = OutlierDetector(outliers) if outliers is not None else None
         self._penalized_until: dict[str, float] = {}
+        #: Endpoints that left the set with attempts still outstanding (a dict used as an ordered set).
+        self.draining: dict[str, None] = {}
+        #: Told of an endpoint that left the set once nothing is outstanding on it.
+        self.on_drained: Callable[[str], None] | None = None
+
+    # -- the set ---------------------------------------------------------------------------------------
+    def update(self, endpoints: Sequence[str]) -> list[str]:
+        """``endpoints`` is the set from now on; the endpoints that left it are returned (each drains)."""
+        new = list(dict.fromkeys(endpoints))
+        keep = set(new)
+        left = [e for e in self.endpoints if e not in keep]
+        self.endpoints = new
+        outstanding = self.outstanding
+        for e in new:
+            if e not in outstanding:
+                outstanding[e] = 0
+            self.draining.pop(e, None)  # back before its drain ended: it keeps what it had
+        for e in left:
+            self._penalized_until.pop(e, None)
+            if self.outliers is not None:
+                self.outliers.forget(e)
+            if outstanding.get(e, 0) > 0:
+                self.draining[e] = None
+            else:
+                self._drained(e)
+        return left
+
+    def reconfigure(self, cooldown: float, outliers: OutlierSpec | None) -> None:
+        """A reload changed the upstream's settings: its endpoints keep their state under the new ones."""
+        self.cooldown = cooldown
+        if outliers is None:
+            self.outliers = None
+        elif self.outliers is None:
+            self.outliers = OutlierDetector(outliers)
+        else:
+            self.outliers.spec = outliers
+
+    def state(self, endpoint: str) -> str:
+        """:data:`ACTIVE`, :data:`EJECTED` or :data:`DRAINING` (an endpoint gone for good: ``""``)."""
+        if endpoint in self.draining:
+            return DRAINING
+        od = self.outliers
+        if od is not None and endpoint in od.ejected:
+            return EJECTED
+        return ACTIVE if endpoint in self.endpoints else ""
+
+    def _drained(self, endpoint: str) -> None:
+        self.draining.pop(endpoint, None)
+        self.outstanding.pop(endpoint, None)
+        told = self.on_drained
+        if told is not None:
+            told(endpoint)
 
     # -- accounting, called by the engine -------------------------------------------------------------
     def started(self, endpoint: str) -> None:
@@ -43,6 +114,8 @@ class Balancer(EndpointPicker):
     def finished(self, endpoint: str) -> None:
         n = self.outstanding.get(endpoint, 0)
         self.outstanding[endpoint] = n - 1 if n > 0 else 0
+        if n <= 1 and self.draining and endpoint in self.draining:
+            self._drained(endpoint)
 
     def penalize(self, endpoint: str, now: float) -> None:
         if self.cooldown > 0:

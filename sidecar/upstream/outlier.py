@@ -147,6 +147,11 @@ class OutlierDetector:
         if reason and self._may_eject(total):
             self._eject(endpoint, h, now, reason)
 
+    def forget(self, endpoint: str) -> None:
+        """``endpoint`` left the upstream's set: its record goes (if it comes back, it starts afresh)."""
+        self.ejected.pop(endpoint, None)
+        self._health.pop(endpoint, None)
+
     def probe(self, now: float, pool: Sequence[str]) -> str | None:
         """An ejected endpoint of ``pool`` whose time is up, now marked as probing (the caller sends it one
         request), or ``None``."""

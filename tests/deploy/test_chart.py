@@ -22,8 +22,13 @@ CASES = [None, *VALUES_FILES]
 IDS = ["defaults", *(p.stem for p in VALUES_FILES)]
 
 
-def the(kind: str, objs: list[dict[str, Any]]) -> dict[str, Any]:
-    found = [o for o in objs if o["kind"] == kind]
+def the(kind: str, objs: list[dict[str, Any]], component: str | None = None) -> dict[str, Any]:
+    found = [
+        o
+        for o in objs
+        if o["kind"] == kind
+        and (component is None or o["metadata"]["labels"].get("app.kubernetes.io/component") == component)
+    ]
     assert len(found) == 1, f"{len(found)} {kind} objects"
     return found[0]
 
@@ -74,7 +79,7 @@ def test_the_rendered_config_passes_sidecar_check(values_file: Path | None, tmp_
 @pytest.mark.parametrize("values_file", VALUES_FILES, ids=[p.stem for p in VALUES_FILES])
 def test_the_example_pod_runs_the_sidecar_as_a_native_sidecar(values_file: Path) -> None:
     objs = objects(render(load_values(values_file)))
-    pod = the("Deployment", objs)["spec"]["template"]
+    pod = the("Deployment", objs, "example")["spec"]["template"]
     spec = pod["spec"]
     (sidecar,) = spec["initContainers"]
     assert sidecar["restartPolicy"] == "Always"  # KEP-753: starts before the app, stops after it
@@ -100,12 +105,25 @@ def test_the_example_pod_runs_the_sidecar_as_a_native_sidecar(values_file: Path)
 
 def test_a_config_change_changes_the_checksum_that_rolls_the_pods() -> None:
     def checksum(values: dict[str, Any]) -> str:
-        dep = the("Deployment", objects(render(values)))
+        dep = the("Deployment", objects(render(values)), "example")
         return dep["spec"]["template"]["metadata"]["annotations"]["checksum/retry-sidecar-config"]
 
     base = {"example": {"enabled": True}}
     changed = {**base, "config": {"policies": {"default": {"extends": "http-default", "max_attempts": 2}}}}
     assert checksum(base) != checksum(changed)
+
+
+def test_the_example_upstream_is_a_headless_service_the_config_names() -> None:
+    objs = objects(render({"example": {"enabled": True}}))
+    service = the("Service", objs, "upstream")
+    assert service["spec"]["clusterIP"] == "None"  # one address per pod: each an endpoint of the sidecar's
+    pods = the("Deployment", objs, "upstream")
+    assert service["spec"]["selector"].items() <= pods["spec"]["template"]["metadata"]["labels"].items()
+    config = load_text(sidecar_config(objs), {})
+    assert config.upstreams["orders"].endpoints == [f"{service['metadata']['name']}:8080"]
+    assert config.upstreams["orders"].dns is not None
+    kinds = [o["kind"] for o in objects(render({"example": {"enabled": True, "upstream": {"enabled": False}}}))]
+    assert kinds.count("Deployment") == 1
 
 
 def test_the_service_monitor_is_rendered_only_when_asked() -> None:
@@ -121,7 +139,7 @@ def test_the_service_monitor_is_rendered_only_when_asked() -> None:
 def test_an_existing_configmap_replaces_the_chart_s_own() -> None:
     objs = objects(render({"example": {"enabled": True}, "existingConfigMap": "my-sidecar-config"}))
     assert "ConfigMap" not in [o["kind"] for o in objs]
-    volumes = the("Deployment", objs)["spec"]["template"]["spec"]["volumes"]
+    volumes = the("Deployment", objs, "example")["spec"]["template"]["spec"]["volumes"]
     assert volumes[0]["configMap"]["name"] == "my-sidecar-config"
 
 

@@ -42,7 +42,7 @@ def test_each_kustomization_renders_valid_kubernetes_1_29(path: Path) -> None:
     r = kubernetes_validate(stream)
     assert r.returncode == 0, r.stdout + r.stderr
     objs = objects(stream)
-    dep = next(o for o in objs if o["kind"] == "Deployment")
+    dep = next(o for o in objs if o["kind"] == "Deployment" and "initContainers" in o["spec"]["template"]["spec"])
     spec = dep["spec"]["template"]["spec"]
     (sidecar,) = spec["initContainers"]
     assert sidecar["restartPolicy"] == "Always"
@@ -50,6 +50,17 @@ def test_each_kustomization_renders_valid_kubernetes_1_29(path: Path) -> None:
     # The ConfigMap the pod mounts is the generated one (its name carries the content's hash).
     cm = next(o for o in objs if o["kind"] == "ConfigMap")
     assert spec["volumes"][0]["configMap"]["name"] == cm["metadata"]["name"]
+
+
+def test_the_example_upstream_is_a_headless_service_so_each_pod_is_an_endpoint() -> None:
+    objs = objects(kustomize(ROOT / "deploy/kubernetes/base"))
+    service = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == "orders")
+    assert service["spec"]["clusterIP"] == "None"  # a ClusterIP would hide the pods behind one address
+    pods = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "orders")
+    labels = pods["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    config = yaml.safe_load((ROOT / "deploy/kubernetes/base/config.yaml").read_text())
+    assert config["upstreams"]["orders"]["endpoints"] == ["orders:8080"]
 
 
 @pytest.mark.parametrize(

@@ -153,3 +153,33 @@ def test_a_retry_with_no_endpoint_ever_ends_no_endpoint() -> None:
     while finish is None:
         finish = next((c for c in d.tick() if isinstance(c, Finish)), None)
     assert finish.reason is Reason.NO_ENDPOINT and d.now >= 0.3
+
+
+def test_a_first_attempt_that_finds_no_endpoint_yet_waits_for_one_too() -> None:
+    """One way to wait for a fitting server: the first attempt asks the picker when to look again, as a
+    retry does (MongoDB during an election; every other picker answers ``inf``: no-endpoint at once)."""
+    picker = Electing(none_until=0.25)
+    d = Driver(make_call(POLICY, balancer=picker, deadline=5.0))
+    assert not [c for c in d(START, 0.01) if isinstance(c, SendAttempt)]
+    sends = []
+    while not sends:
+        sends = [c for c in d.tick() if isinstance(c, SendAttempt)]
+    assert picker.asked[0] == 0.01 and sends[0].attempt == 1 and d.now >= 0.25
+
+
+def test_a_first_attempt_with_no_endpoint_and_a_picker_that_expects_none_ends_at_once() -> None:
+    picker = Electing(none_until=INF, give_up_at=0.0)
+    d = Driver(make_call(POLICY, balancer=picker, deadline=5.0))
+    (finish,) = [c for c in d(START, 0.01) if isinstance(c, Finish)]
+    assert finish.reason is Reason.NO_ENDPOINT
+
+
+def test_a_wait_for_an_endpoint_that_would_cross_the_deadline_ends_on_the_deadline() -> None:
+    """As for a backoff: the wait would outlive the request, so it ends now, as a deadline (MongoDB answers
+    the app's maxTimeMS with code 50, not "no server fits")."""
+    picker = Electing(none_until=INF)
+    d = Driver(make_call(POLICY, balancer=picker, deadline=0.25))
+    finish = next((c for c in d(START, 0.01) if isinstance(c, Finish)), None)
+    while finish is None:
+        finish = next((c for c in d.tick() if isinstance(c, Finish)), None)
+    assert finish.reason is Reason.DEADLINE and d.now < 0.25 and not d.sends

@@ -107,7 +107,8 @@ def test_every_finish_has_one_answer() -> None:
     cf = answers.for_finish(fin(Reason.ATTEMPTS_EXHAUSTED, C.CONNECT_FAILURE, "refused"), 498)
     assert cf.status == 502 and b"connect failure after 3 attempts (refused)" in cf.body
     assert answers.for_finish(fin(Reason.NOT_RETRYABLE, C.RESET), 498).status == 502
-    assert answers.for_finish(fin(Reason.NO_ENDPOINT, None), 498).status == 502
+    no_endpoint = answers.for_finish(fin(Reason.NO_ENDPOINT, None), 498, "orders")
+    assert no_endpoint.status == 503 and b"no healthy upstream: 'orders' has no endpoint" in no_endpoint.body
     wire = answers.encode(dl, keep_alive=False)
     assert wire.startswith(b"HTTP/1.1 498 Deadline Expired\r\n") and wire.endswith(
         b"Connection: close\r\n\r\nDeadline expired"

@@ -2,7 +2,7 @@
 
 Route the method to a policy, read the client's deadline (its ``grpc-timeout``, or the deadline header in
 metadata, whichever is sooner; capped by a service config ``timeout``; without either, the policy's default
-is the sidecar's own bound), set the call up (``Services.begin_request``), forward the request's messages as
+is the sidecar's own bound), admit and set the call up (``sidecar/admit.py``), forward the request's messages as
 they come (``replay.py``), drive the engine through ``attempt.py``, and once nothing more will be sent to the
 client (``Downstream.close``), give it the answer its ``Finish`` maps to (``answer.py``).
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,17 +18,18 @@ import grpc
 
 from ...admission import Kind
 from ...admission.refusal import Refusal
-from ...gates.ticket_gate import gate
-from ...policy import Reason
+from ...admit import Way, enter, ticket_refusal
+from ...config import PolicyConfig
 from ...policy.deadline import MAX_TIMEOUT_S, parse_timeout_ms
-from ...runtime import Driver, drive
+from ...runtime import Delivery, Driver, drive
 from ...services import Services, UpstreamRuntime
+from ...telemetry import RequestObserver
 from .answer import Answer, Downstream, answer, refused
 from .attempt import Attempter
 from .classify import GrpcClassifier
 from .metadata import first_value, request_metadata
 from .replay import RequestStream
-from .routing import MethodRoutes
+from .routing import MethodRoutes, Route
 from .upstream import Channels
 
 log = logging.getLogger("sidecar.grpc")
@@ -48,102 +48,43 @@ class Shared:
     routes: MethodRoutes
     channels: Channels
     classifiers: dict[str, GrpcClassifier]
+    ways: dict[str, Way]  # by policy name: the listener's way in to its upstream under that policy
 
 
 async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) -> None:
-    loop = asyncio.get_running_loop()
     services = shared.services
     route = shared.routes.resolve(method)
     compiled = services.policy(route.policy)
     pc = compiled.config
     incoming = [(m.key, m.value) for m in context.invocation_metadata() or ()]
-    received = _received_timeout(context, incoming, pc.deadline.header)
-    arrival = loop.time()
-    door = services.door(shared.listener)
-    if door is not None and door.requests is not None:
-        timeout = received if route.timeout_cap is None else min(received or math.inf, route.timeout_cap)
-        refusal = await door.admit(
-            peer_host(context.peer()),
-            arrival,
-            arrival + timeout if timeout is not None else math.inf,
-            exempt=method.startswith(HEALTH),
-        )
-        if refusal is not None:
-            obs = services.refused(
-                refusal,
-                listener=shared.listener,
-                upstream=shared.upstream.name,
-                protocol="grpc",
-                name=route.name,
-                attributes={"rpc.system": "grpc", "rpc.service": route.service, "rpc.method": route.method},
-                parent={k: v for k, v in incoming if isinstance(v, str)},
-            )
-            ans = refused(refusal)
-            _deliver(context, ans)
-            obs.set_attribute("rpc.grpc.status_code", ans.code.value[0])
-            obs.end(ans.code.name)
-            return
-    # A service config's timeout is applied as the client's own deadline, as a direct channel would have.
-    call, obs = services.begin_request(
-        compiled,
-        shared.upstream,
-        listener=shared.listener,
-        protocol="grpc",
+    tickets = shared.upstream.concurrency
+    begun = await enter(
+        services,
+        _way(shared, route.policy),
+        _Refuser(context),
         name=route.name,
+        client=peer_host(context.peer()),
+        arrival=asyncio.get_running_loop().time(),
+        received=_received_timeout(context, incoming, pc.deadline.header),
+        cap=route.timeout_cap,  # a service config's timeout, applied as the client's own deadline
+        exempt=method.startswith(HEALTH),
+        kind=ticket_kind(method, tickets.config.read_methods) if tickets is not None else Kind.WRITE,
         attributes={"rpc.system": "grpc", "rpc.service": route.service, "rpc.method": route.method},
         parent={k: v for k, v in incoming if isinstance(v, str)},
-        arrival=arrival,
-        received=received,
-        cap=route.timeout_cap,
         request_complete=False,  # messages are forwarded as they come: complete once the client half-closed
     )
+    if begun is None:
+        return  # refused at the door, and answered
+    obs = begun.obs
+    drivers: list[Driver] = []  # the one driver, once drive() made it
     stream: RequestStream | None = None
     try:
-        limit = pc.replay_buffer if pc.replay_buffer is not None else DEFAULT_REPLAY_BUFFER
-        drivers: list[Driver] = []  # the one driver, once drive() made it
-        stream = RequestStream(
-            context.read,
-            limit,
-            on_seal=lambda over: over and obs.buffer_exceeded(),
-            # the client half-closed and its whole request went upstream: per-try timers, own deadline start
-            on_complete=lambda: drivers[0].request_complete(),
-            budget=shared.services.buffers,
-        )
+        stream = _stream(shared, context, pc.replay_buffer, obs, drivers)
         down = Downstream(context, stream)
-        attempter = Attempter(
-            channels=shared.channels,
-            method=method,
-            request=stream,
-            metadata=request_metadata(incoming, pc.deadline.header),
-            downstream=down,
-            classifier=_classifier(shared, route.policy, pc),
-            observer=obs,
-            deadline_header=pc.deadline.header if _has(incoming, pc.deadline.header) else None,
-            single_request=route.single_request,
-        )
-        tickets = shared.upstream.concurrency
-        gated = None
-        if tickets is not None:
-            kind = ticket_kind(method, tickets.config.read_methods)
-            gated = gate(tickets, kind, loop, exempt=method.startswith(HEALTH))
-        delivery = await drive(call, attempter, obs, drivers.append, gated)
+        attempter = _attempter(shared, method, route, pc, incoming, stream, down, obs)
+        delivery = await drive(begun.call, attempter, obs, drivers.append, begun.gate)
         await down.close()  # grpc sends the status when we return: nothing may be in flight beside it
-        payload = delivery.payload
-        if isinstance(payload, Refusal) and not (
-            delivery.finish.reason is Reason.DEADLINE and not delivery.finish.own_deadline
-        ):  # the last attempt got no ticket: RESOURCE_EXHAUSTED, and when to come back
-            ans = refused(payload, previous=max(0, (delivery.finish.attempt or 1) - 1))
-            obs.refused(payload)
-        else:
-            ans = answer(
-                delivery.finish,
-                None if isinstance(payload, Refusal) else payload,
-                upstream=shared.upstream.name,
-                give_up_pushback=pc.give_up_pushback,
-            )
-        _deliver(context, ans)
-        obs.set_attribute("rpc.grpc.status_code", ans.code.value[0])
-        obs.end(None if ans.code is grpc.StatusCode.OK else ans.code.name)
+        _deliver(context, _answer(shared, delivery, pc.give_up_pushback, obs), obs)
     except asyncio.CancelledError:
         obs.end("client cancelled")
         raise
@@ -153,6 +94,74 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     finally:
         if stream is not None:
             stream.close()
+
+
+def _stream(
+    shared: Shared,
+    context: grpc.aio.ServicerContext,
+    limit: int | None,
+    obs: RequestObserver,
+    drivers: list[Driver],
+) -> RequestStream:
+    """The client's messages, forwarded as they come and kept for replay (``replay.py``)."""
+    return RequestStream(
+        context.read,
+        limit if limit is not None else DEFAULT_REPLAY_BUFFER,
+        on_seal=lambda over: over and obs.buffer_exceeded(),
+        # the client half-closed and its whole request went upstream: per-try timers, own deadline start
+        on_complete=lambda: drivers[0].request_complete(),
+        budget=shared.services.buffers,
+    )
+
+
+def _attempter(
+    shared: Shared,
+    method: str,
+    route: Route,
+    pc: PolicyConfig,
+    incoming: list[tuple[str, Any]],
+    stream: RequestStream,
+    down: Downstream,
+    obs: RequestObserver,
+) -> Attempter:
+    """How the call's attempts go upstream (``attempt.py``): the client's metadata as the upstream gets it,
+    its messages from ``stream``, what comes back to ``down``."""
+    header = pc.deadline.header
+    return Attempter(
+        channels=shared.channels,
+        method=method,
+        request=stream,
+        metadata=request_metadata(incoming, header),
+        downstream=down,
+        classifier=_classifier(shared, route.policy, pc),
+        observer=obs,
+        deadline_header=header if _has(incoming, header) else None,
+        single_request=route.single_request,
+    )
+
+
+def _answer(shared: Shared, delivery: Delivery, give_up_pushback: bool, obs: RequestObserver) -> Answer:
+    """The call's one answer: its last attempt's ticket refusal (``RESOURCE_EXHAUSTED``), or what the
+    engine's finish maps to (``answer.py``)."""
+    finish, payload = delivery.finish, delivery.payload
+    refusal = ticket_refusal(finish, payload)
+    if refusal is not None:
+        obs.refused(refusal)
+        return refused(refusal, previous=max(0, (finish.attempt or 1) - 1))
+    status = None if isinstance(payload, Refusal) else payload
+    return answer(finish, status, upstream=shared.upstream.name, give_up_pushback=give_up_pushback)
+
+
+class _Refuser:
+    """A call the door refused (an ``admit.Refuser``): ``RESOURCE_EXHAUSTED`` and when to come back."""
+
+    __slots__ = ("context",)
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self.context = context
+
+    def refused(self, refusal: Refusal, obs: RequestObserver) -> None:
+        _deliver(self.context, refused(refusal), obs, end=False)
 
 
 def ticket_kind(method: str, read_methods: list[str]) -> Kind:
@@ -177,7 +186,8 @@ def peer_host(peer: str | None) -> str:
     return ""
 
 
-def _deliver(context: grpc.aio.ServicerContext, ans: Answer) -> None:
+def _deliver(context: grpc.aio.ServicerContext, ans: Answer, obs: RequestObserver, end: bool = True) -> None:
+    """Set the call's status (grpc sends it when the handler returns); the span records it (and ends)."""
     try:
         context.set_trailing_metadata(tuple(ans.trailing))
         context.set_code(ans.code)
@@ -185,6 +195,9 @@ def _deliver(context: grpc.aio.ServicerContext, ans: Answer) -> None:
             context.set_details(ans.details)
     except Exception as e:  # noqa: BLE001 - a server call that already ended refuses them
         log.debug("the client is gone before its status: %r", e)
+    obs.set_attribute("rpc.grpc.status_code", ans.code.value[0])
+    if end:
+        obs.end(None if ans.code is grpc.StatusCode.OK else ans.code.name)
 
 
 def _received_timeout(
@@ -205,7 +218,17 @@ def _has(incoming: list[tuple[str, Any]], header: str) -> bool:
     return first_value(incoming, header) is not None
 
 
-def _classifier(shared: Shared, policy: str, pc: Any) -> GrpcClassifier:
+def _way(shared: Shared, policy: str) -> Way:
+    way = shared.ways.get(policy)
+    if way is None:
+        services = shared.services
+        way = shared.ways[policy] = Way(
+            services, shared.listener, "grpc", services.policy(policy), shared.upstream
+        )
+    return way
+
+
+def _classifier(shared: Shared, policy: str, pc: PolicyConfig) -> GrpcClassifier:
     c = shared.classifiers.get(policy)
     if c is None:
         c = shared.classifiers[policy] = GrpcClassifier.from_names(pc.retryable_codes, pc.overload_codes)

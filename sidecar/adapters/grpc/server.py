@@ -11,9 +11,9 @@ import logging
 
 import grpc
 
-from ...config import GrpcListenerConfig, UpstreamConfig
+from ...config import GrpcListenerConfig
 from ...config.units import split_host_port
-from ...services import Services
+from ...services import Services, UpstreamRuntime
 from . import crash
 from .request import Shared, proxy
 from .routing import MethodRoutes
@@ -43,12 +43,13 @@ class _AnyMethod(grpc.GenericRpcHandler):
         await proxy(self.shared, method, context)
 
 
-def _channels(config: GrpcListenerConfig, upstream: UpstreamConfig) -> Channels:
+def _channels(config: GrpcListenerConfig, upstream: UpstreamRuntime) -> Channels:
     try:
         return Channels(
             max_message_size=config.max_message_size,
-            connect_timeout=upstream.connect_timeout,
-            tls=upstream.tls,
+            connect_timeout=upstream.config.connect_timeout,
+            tls=upstream.config.tls,
+            endpoints=upstream.endpoints,
         )
     except OSError as e:
         raise OSError(f"listener {config.name!r}, upstream {config.upstream!r}: {e}") from None
@@ -62,8 +63,9 @@ def _shared(config: GrpcListenerConfig, services: Services, channels: Channels |
         services=services,
         upstream=upstream,
         routes=MethodRoutes(config.method_policies, policy, config.method_timeouts, config.unary_requests),
-        channels=channels if channels is not None else _channels(config, upstream.config),
+        channels=channels if channels is not None else _channels(config, upstream),
         classifiers={},
+        ways={},
     )
 
 
@@ -96,6 +98,7 @@ class GrpcListener:
         same = services.upstreams.get(config.upstream) is old.upstream
         self.shared = _shared(config, services, old.channels if same else None)
         if not same:
+            old.channels.retire()
             self._retired.append(old.channels)
         self.config = config
         self._handler.shared = self.shared

@@ -15,7 +15,9 @@ any other, nobody answered:
   last outcome ``connect-failure``  502, ``upstream connect failure: ...``
   last outcome ``reset``            502, ``upstream reset the connection ...``
   last outcome ``timeout``          504, ``upstream timed out ...``
-  ``no-endpoint`` / anything else   502, naming the reason
+  ``no-endpoint``                   503, ``no healthy upstream: 'NAME' has no endpoint`` (its names
+                                   resolved to no address, or not yet; Envoy's "no healthy upstream")
+  anything else                    502, naming the reason
 =================================  ==============================================================
 
 Requests refused before any attempt get 400 (malformed), 403 (absolute-form to an unknown host), 405
@@ -54,9 +56,9 @@ def deadline_expired(status: int) -> Answer:
     return Answer(status, DEADLINE_BODY, ((b"X-YaTaxi-Deadline-Expired", b"1"),))
 
 
-def for_finish(finish: Finish, expired_status: int) -> Answer | None:
+def for_finish(finish: Finish, expired_status: int, upstream: str = "") -> Answer | None:
     """The sidecar's own answer for ``finish`` when no upstream response is to be delivered (or when the
-    deadline overrides it). ``None`` for ``cancelled``: the client is gone."""
+    deadline overrides it). ``None`` for ``cancelled``: the client is gone. ``upstream``: its name."""
     reason = finish.reason
     if reason is Reason.DEADLINE:
         if finish.own_deadline:
@@ -77,7 +79,7 @@ def for_finish(finish: Finish, expired_status: int) -> Answer | None:
     if cls is C.RESET:
         return text(502, f"upstream reset the connection{tries}")
     if reason is Reason.NO_ENDPOINT:
-        return text(502, "no upstream endpoint available")
+        return text(503, f"no healthy upstream: {upstream!r} has no endpoint")
     return text(
         502,
         f"no upstream response{tries} ({reason.value}{', ' + outcome.detail if outcome and outcome.detail else ''})",

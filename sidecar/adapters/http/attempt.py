@@ -83,13 +83,14 @@ class Attempter(CallbackAttempter):
         "tasks",
     )
 
+    obs: RequestObserver  # the request's telemetry, set once it is admitted (``Forwarding.begun``)
+
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         plan: Plan,
         body: RequestBody | None,
         head_request: bool,
-        obs: RequestObserver,
         base: bytes,
         name_endpoint: bool,
         resend_ok: bool,
@@ -101,7 +102,6 @@ class Attempter(CallbackAttempter):
         self.plan = plan
         self.body = body
         self.head_request = head_request
-        self.obs = obs
         self.base = base
         self.name_endpoint = name_endpoint
         self.ctx: AttemptContext | None = None
@@ -191,8 +191,8 @@ class Attempter(CallbackAttempter):
         """Write this attempt's request on ``conn`` (``now``: the loop time, when the caller just read it)."""
         n = cmd.attempt
         lines = [self.base]
-        if self.name_endpoint:
-            lines.append(b"Host: %s\r\n" % cmd.endpoint.encode("latin-1"))
+        if self.name_endpoint:  # the endpoint's name, not the address it resolved to
+            lines.append(b"Host: %s\r\n" % pool.host_header)
         lines.append(_ATTEMPT_LINES[n] if n < len(_ATTEMPT_LINES) else b"x-sidecar-attempt: %d\r\n" % n)
         if expires != INF:
             ms = timeout_ms(expires - (self.loop.time() if now is None else now))

@@ -111,6 +111,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         "active",
         "in_next",
         "client_ip",
+        "client_host",
         "read_paused_by",
         "streaming",
         "stream_chunked",
@@ -137,6 +138,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.active: Forwarding | None = None  # the request being answered (queue[0])
         self.in_next = False
         self.client_ip = b""  # for X-Forwarded-For, encoded once per connection
+        self.client_host = ""  # the same, as the door's exemptions read it
         self.read_paused_by: set[str] = set()
         self.streaming: UpstreamResponse | None = None
         self.stream_chunked = False
@@ -194,7 +196,8 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
-        self.client_ip = (peer[0] if peer else "").encode("latin-1")
+        self.client_host = peer[0] if peer else ""
+        self.client_ip = self.client_host.encode("latin-1")
         self.listener.connection_opened(self)
         if self.listener.stopping:
             self.close()

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Final
 
+from ...admit import Way
 from ...config.units import split_host_port
 from ...policy import OutcomeClass
 from ...services import CompiledPolicy, UpstreamRuntime
 from ...telemetry.metrics import Meters
 from .classify import HttpClassifier
-from .upstream import Pool
+from .upstream import EndpointPools, Pool
 
 #: The policy's ``replay_buffer`` when it does not say (``None``).
 DEFAULT_REPLAY_BUFFER: Final = 1024 * 1024
@@ -31,6 +32,8 @@ class Plan:
         "replay_limit",
         "pools",
         "meters",
+        "way",
+        "tickets",
     )
 
     def __init__(
@@ -38,8 +41,9 @@ class Plan:
         policy: CompiledPolicy,
         upstream: UpstreamRuntime,
         retry_non_idempotent: bool | None,
-        pools: dict[str, Pool],
+        pools: EndpointPools,
         meters: Meters,
+        way: Way,
     ) -> None:
         cfg = policy.config
         self.upstream_name = upstream.name
@@ -55,13 +59,26 @@ class Plan:
         )
         self.connect_only = policy.engine.retry_on & {OutcomeClass.CONNECT_FAILURE}
         self.replay_limit = DEFAULT_REPLAY_BUFFER if cfg.replay_buffer is None else cfg.replay_buffer
-        self.pools = pools
+        self.pools = pools.by_address
         self.meters = meters  # the (listener, upstream) pair's counters
+        self.way = way  # the listener's way in to this upstream under this policy (``admit.py``)
+        self.tickets = upstream.concurrency is not None  # its attempts take tickets (read or write)
 
     def pool(self, endpoint: str) -> Pool:
         pool = self.pools.get(endpoint)
         if pool is None:
-            host, port = split_host_port(endpoint)
-            uc = self.upstream.config
-            pool = self.pools[endpoint] = Pool(endpoint, host, port, uc.connect_timeout, uc.max_connections)
+            pool = self._new_pool(endpoint)
+        return pool
+
+    def _new_pool(self, endpoint: str) -> Pool:
+        """The first attempt to ``endpoint`` (an address of the upstream's set). One that left the set since
+        it was picked gets a closed pool, kept nowhere: its attempt fails to connect, and goes elsewhere."""
+        host, port = split_host_port(endpoint)
+        uc = self.upstream.config
+        endpoints = self.upstream.endpoints
+        pool = Pool(endpoint, host, port, uc.connect_timeout, uc.max_connections, endpoints.name_of(endpoint))
+        if endpoints.active(endpoint):
+            self.pools[endpoint] = pool
+        else:
+            pool.close()
         return pool

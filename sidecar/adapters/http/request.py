@@ -1,6 +1,6 @@
-"""One request: what the listener read of it (:class:`IncomingRequest`), and forwarding it: route it, set it
-up (``Services.begin_request``: its deadline, telemetry and engine call), let the engine drive the attempts
-(``attempt.py``), answer.
+"""One request: what the listener read of it (:class:`IncomingRequest`), and forwarding it: route it, admit
+and set it up (``sidecar/admit.py``: the door, its deadline, telemetry, engine call and ticket gate), let the
+engine drive the attempts (``attempt.py``), answer.
 
 The request head sent upstream is built once per request (hop-by-hop headers dropped, ``X-Forwarded-For``
 and ``-Proto`` added, the body's framing restated) and completed per attempt (``attempt.py``). The answer
@@ -8,7 +8,7 @@ follows the engine's finish (see ``answer.py``): the chosen upstream response is
 as it arrives, or the sidecar answers itself.
 
 Admission (issue 12): a listener with a request limit asks its door once the head is read, before any
-upstream work (``Forwarder._enter``): a refused request is answered at once (429, ``answer.refused``), a
+upstream work (``admit.begin``): a refused request is answered at once (429, ``Forwarding.refused``), a
 queued one waits on the loop's timer heap with its driver not yet started (``Forwarding.queued``), and a
 client that leaves while queued gives its token back.
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from typing import Any, Final
 
 import httptools
@@ -29,24 +28,24 @@ from mypy_extensions import mypyc_attr
 
 from ...admission import Kind
 from ...admission.refusal import Refusal
+from ...admit import Admittee, Way, begin, ticket_refusal
 from ...config.schema import HttpListenerConfig
 from ...config.units import split_host_port
 from ...gates.door import Door, Wait
-from ...gates.ticket_gate import gate as ticket_gate
-from ...policy import Finish, Reason
+from ...policy import Call, Finish, Reason
 from ...policy.deadline import parse_timeout_ms
-from ...runtime import CallOwner, Driver
+from ...runtime import AttemptGate, Driver
 from ...services import Services
 from ...telemetry import RequestObserver
 from ...timers import TimerEntry, Timers, timers_for
 from .answer import Answer, encode, for_finish, text
 from .answer import refused as refusal_answer
 from .attempt import Attempter
-from .headers import BadRequest, Headers, find_header, request_head, response_head
+from .headers import BadRequest, Headers, RequestHead, find_header, request_head, response_head
 from .plan import Plan
 from .replay import RequestBody
 from .routing import Router, Target, split_host, valid_host
-from .upstream import Pool, UpstreamResponse
+from .upstream import EndpointPools, Pool, UpstreamResponse
 
 log: Final = logging.getLogger("sidecar.http")
 _LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
@@ -108,6 +107,7 @@ def refused(began: float, status: int, message: str) -> IncomingRequest:
     r.keep_alive = False
     return r
 
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class ClientConnection:
     """What a request asks of the client connection it came on (``connection.ServerConnection``): a narrow
@@ -116,6 +116,7 @@ class ClientConnection:
 
     loop: asyncio.AbstractEventLoop
     client_ip: bytes
+    client_host: str  # the same, as a string (the door's exempt_cidrs)
     last_activity: float  # the loop time the callback that got here read
 
     def answering(self, fwd: Forwarding) -> None:
@@ -160,7 +161,7 @@ class Forwarder:
         self.timers: Timers | None = None
         self.host, self.port = split_host_port(config.listen)
         self.router = Router(config, services.config.upstreams)
-        self.pools: dict[str, dict[str, Pool]] = {}
+        self.pools: dict[str, EndpointPools] = {}  # by upstream: its pools, one per address
         self.plans: dict[int, Plan] = {}  # by id(target): the router's targets are a fixed set
         self._self_hosts: dict[bytes, bool] = {}
         self.is_self = self._is_self  # bound once, not per request
@@ -179,19 +180,25 @@ class Forwarder:
     def plan(self, target: Target) -> Plan:
         plan = self.plans.get(id(target))
         if plan is None:
-            pools = self.pools.setdefault(target.upstream, {})
-            plan = Plan(
-                self.services.policy(target.policy),
-                self.services.upstream(target.upstream),
-                target.retry_non_idempotent,
-                pools,
-                self.telemetry.metrics.meters(self.name, target.upstream),
-            )
+            pools = self.upstream_pools(target.upstream)
+            policy = self.services.policy(target.policy)
+            upstream = self.services.upstream(target.upstream)
+            meters = self.telemetry.metrics.meters(self.name, target.upstream)
+            way = Way(self.services, self.name, "http", policy, upstream, meters)
+            plan = Plan(policy, upstream, target.retry_non_idempotent, pools, meters, way)
             self.plans[id(target)] = plan
         return plan
 
+    def upstream_pools(self, upstream: str) -> EndpointPools:
+        """``upstream``'s pools, which hear when an address leaves its set."""
+        pools = self.pools.get(upstream)
+        if pools is None:
+            pools = self.pools[upstream] = EndpointPools()
+            self.services.upstream(upstream).endpoints.watch(pools)
+        return pools
+
     def all_pools(self) -> list[Pool]:
-        return [p for pools in self.pools.values() for p in pools.values()]
+        return [p for pools in self.pools.values() for p in pools.all()]
 
     # -- one request -----------------------------------------------------------------------------------
     def begin(self, req: IncomingRequest, conn: ClientConnection) -> None:
@@ -200,42 +207,71 @@ class Forwarder:
         authority: bytes | None = None
         if (url and url[0] == 47) or url == b"*":  # origin-form ("/..."; url[0] is an int, no slice made)
             target_url = url
-            if self.router.routes:
-                host = find_header(req.headers, b"host")
-                path = url.partition(b"?")[0].decode("latin-1")
-                target = self.router.route(host.decode("latin-1") if host else None, path)
-            else:
-                target = self.router.fallback
-        else:
-            try:
-                u: Any = httptools.parse_url(url)  # its fields may be None, whatever its stubs say
-            except httptools.HttpParserInvalidURLError:
-                return self._refuse(req, conn, 400, "malformed request target")
-            if not u.schema or u.schema.lower() != b"http" or not u.host:  # RFC 9110 4.2.3: any case
-                return self._refuse(req, conn, 403, "only http:// targets can be proxied")
-            port = u.port or 80
-            hostname = u.host.decode("latin-1")
-            path = (u.path or b"/").decode("latin-1")
-            found = self.router.proxy(hostname, port, path)
+            target = self._route(req) if self.router.routes else self.router.fallback
+        else:  # proxy-form: ``http://host[:port]/...``
+            found = self._proxy_target(req, conn)
             if found is None:
-                return self._refuse(
-                    req,
-                    conn,
-                    403,
-                    f"no upstream named or reached at {hostname}:{port}: the sidecar is not an open proxy",
-                )
-            target = found
-            target_url = (u.path or b"/") + (b"?" + u.query if u.query else b"")
-            authority = u.host if u.port is None else b"%s:%d" % (u.host, u.port)
+                return  # refused (400, 403) and answered
+            target, target_url, authority = found
+        plan = self._plan_of(target)
+        rh = self._head(req, conn, plan, target_url, authority)
+        if rh is None:
+            return  # refused (400) and answered
+        body = req.body
+        method = "GET" if req.method == b"GET" else _METHODS.get(req.method) or req.method.decode("latin-1")
+        may_retry = req.idempotent or plan.retry_non_idempotent
+        if body is not None:
+            body.restrict(plan.replay_limit)
+        attempter = Attempter(conn.loop, plan, body, req.head_request, rh.head, rh.host is None, may_retry)
+        reads = plan.tickets and req.method in READS  # (looked up only where a ticket is taken)
+        fwd = Forwarding(self, req, conn, attempter, self._timers(conn))
+        if not begin(
+            self.services,
+            plan.way,
+            fwd,  # told whether it was refused (and answered), or begun
+            name=method,
+            client=conn.client_host,
+            arrival=req.began,
+            now=conn.last_activity,  # the loop time the callback that got here read, as loop.time() would say
+            loop=conn.loop,
+            received=parse_timeout_ms(rh.deadline) if rh.deadline is not None else None,  # the client's
+            exempt=self.door is not None and self.door.exemptions and self._path_exempt(target_url),
+            kind=_READ if reads else _WRITE,
+            attributes=self._attributes(
+                method, target_url, rh.client_host if authority is None else authority
+            ),
+            parent=rh.trace,
+            # Envoy's rule: the per-try timeout and the sidecar's own deadline start once the whole request is
+            # upstream; an upload still arriving is not the upstream's time (the client's deadline still counts).
+            request_complete=body is None or body.complete,
+            replayable=body is None or body.replayable,
+            retry_on=None if may_retry else plan.connect_only,
+        ):
+            conn.request_done(req)
+            return
+        fwd.go(conn.last_activity)
+
+    def _plan_of(self, target: Target) -> Plan:
         last = self._last_plan
         if target is self._last_target and last is not None:  # most requests go where the one before went
-            plan = last
-        else:
-            plan = self.plans.get(id(target)) or self.plan(target)
-            self._last_target, self._last_plan = target, plan
+            return last
+        plan = self.plans.get(id(target)) or self.plan(target)
+        self._last_target, self._last_plan = target, plan
+        return plan
+
+    def _head(
+        self,
+        req: IncomingRequest,
+        conn: ClientConnection,
+        plan: Plan,
+        target_url: bytes,
+        authority: bytes | None,
+    ) -> RequestHead | None:
+        """The head to send upstream (``headers.request_head``); ``None``: its framing or Host is broken,
+        answered 400 and the connection closed after it (nothing went upstream; what follows is suspect)."""
         body = req.body
         try:
-            rh = request_head(
+            return request_head(
                 req.method,
                 target_url,
                 req.headers,
@@ -247,113 +283,66 @@ class Forwarder:
                 is_self=self.is_self,
                 replace_trace=self.tracing,
             )
-        except BadRequest as e:  # before anything went upstream; what follows on the connection is suspect
+        except BadRequest as e:
             conn.close_after_answer()
-            return self._refuse(req, conn, 400, str(e))
-        timeout = parse_timeout_ms(rh.deadline) if rh.deadline is not None else None  # the client's
-        method = "GET" if req.method == b"GET" else _METHODS.get(req.method) or req.method.decode("latin-1")
-        attrs: dict[str, str | int] | None = None
-        if self.tracing:  # span attributes cost only when there are spans
-            attrs = {
-                "http.request.method": method,
-                "url.path": target_url.partition(b"?")[0].decode("latin-1"),
-                "url.scheme": "http",
-            }
-            host = rh.client_host if authority is None else authority
-            if host:
-                h, p = split_host(host.decode("latin-1"))
-                attrs["server.address"] = h
-                if p is not None:
-                    attrs["server.port"] = p
-        may_retry = req.idempotent or plan.retry_non_idempotent
-        if body is not None:
-            body.restrict(plan.replay_limit)
-        # Envoy's rule: the per-try timeout and the sidecar's own deadline start once the whole request is
-        # upstream; an upload still arriving is not the upstream's time (the client's deadline still counts).
-        complete = body is None or body.complete
-        door = self.door
-        wait: Wait | None = None
-        if door is not None:  # admission: after the whole head, before any upstream work
-            entry = self._enter(door, req, conn, target_url, timeout)
-            if isinstance(entry, Refusal):
-                return self._refused(entry, req, conn, plan, method, attrs, rh.trace)
-            wait = entry
-        call, obs = self.services.begin_request(
-            plan.policy,
-            plan.upstream,
-            listener=self.name,
-            protocol="http",
-            name=method,
-            attributes=attrs,
-            parent=rh.trace,
-            meters=plan.meters,
-            arrival=req.began,
-            received=timeout,
-            request_complete=complete,
-            replayable=body is None or body.replayable,
-            retry_on=None if may_retry else plan.connect_only,
-        )
-        attempter = Attempter(conn.loop, plan, body, req.head_request, obs, rh.head, rh.host is None, may_retry)
-        fwd = Forwarding(self, req, conn, obs, attempter)
-        if not complete:
-            assert body is not None
-            body.on_complete = fwd.body_complete
-        conn.answering(fwd)
+            self._refuse(req, conn, 400, str(e))
+            return None
+
+    def _timers(self, conn: ClientConnection) -> Timers:
         timers = self.timers
         if timers is None:
             timers = self.timers = timers_for(conn.loop)
-        tickets = plan.upstream.concurrency
-        gate = None
-        if tickets is not None:  # the upstream limits attempts in flight: each waits for its ticket
-            exempt = door is not None and door.path_exempt(target_url.partition(b"?")[0].decode("latin-1"))
-            gate = ticket_gate(tickets, _READ if req.method in READS else _WRITE, conn.loop, exempt)
-        fwd.driver = Driver(call, attempter, obs, fwd, conn.loop, timers, gate)
-        if wait is not None and door is not None:
-            fwd.queued(door, wait, timers, complete)  # the driver starts when its token is due
-            return
-        # conn.last_activity: the loop time read by the callback that got here (data_received, or
-        # request_done for a pipelined request), as loop.time() would say again
-        fwd.driver.start(conn.last_activity)
+        return timers
 
-    def _enter(
-        self, door: Door, req: IncomingRequest, conn: ClientConnection, url: bytes, timeout: float | None
-    ) -> Refusal | Wait | None:
-        """The request gate: go ahead (``None``), refused, or wait. Exempt: the client's address in
-        ``exempt_cidrs``, the path in the listener's ``exempt_paths``."""
-        if door.exemptions and (
-            door.client_exempt(conn.client_ip.decode("latin-1"))
-            or door.path_exempt(url.partition(b"?")[0].decode("latin-1"))
-        ):
-            door.exempt()
+    def _route(self, req: IncomingRequest) -> Target:
+        host = find_header(req.headers, b"host")
+        path = req.url.partition(b"?")[0].decode("latin-1")
+        return self.router.route(host.decode("latin-1") if host else None, path)
+
+    def _proxy_target(
+        self, req: IncomingRequest, conn: ClientConnection
+    ) -> tuple[Target, bytes, bytes | None] | None:
+        """A proxy-form request's target, the request target to send upstream, and its authority. ``None``:
+        refused, and answered."""
+        url = req.url
+        try:
+            u: Any = httptools.parse_url(url)  # its fields may be None, whatever its stubs say
+        except httptools.HttpParserInvalidURLError:
+            self._refuse(req, conn, 400, "malformed request target")
             return None
-        deadline = req.began + timeout if timeout is not None else math.inf
-        return door.request(conn.last_activity, deadline)
+        if not u.schema or u.schema.lower() != b"http" or not u.host:  # RFC 9110 4.2.3: any case
+            self._refuse(req, conn, 403, "only http:// targets can be proxied")
+            return None
+        port = u.port or 80
+        hostname = u.host.decode("latin-1")
+        found = self.router.proxy(hostname, port, (u.path or b"/").decode("latin-1"))
+        if found is None:
+            why = f"no upstream named or reached at {hostname}:{port}: the sidecar is not an open proxy"
+            self._refuse(req, conn, 403, why)
+            return None
+        target_url = (u.path or b"/") + (b"?" + u.query if u.query else b"")
+        return found, target_url, u.host if u.port is None else b"%s:%d" % (u.host, u.port)
 
-    def _refused(
-        self,
-        refusal: Refusal,
-        req: IncomingRequest,
-        conn: ClientConnection,
-        plan: Plan,
-        method: str,
-        attrs: dict[str, str | int] | None,
-        parent: Any,
-    ) -> None:
-        obs = self.services.refused(
-            refusal,
-            listener=self.name,
-            upstream=plan.upstream.name,
-            protocol="http",
-            name=method,
-            attributes=attrs,
-            parent=parent,
-            meters=plan.meters,
-        )
-        answer = refusal_answer(refusal)
-        write_answer(req, conn, answer)
-        obs.set_attribute("http.response.status_code", answer.status)
-        obs.end(refusal.reason.value)
-        conn.request_done(req)
+    def _attributes(self, method: str, target_url: bytes, host: bytes | None) -> dict[str, str | int] | None:
+        """The request span's attributes (built only when there are spans)."""
+        if not self.tracing:
+            return None
+        attrs: dict[str, str | int] = {
+            "http.request.method": method,
+            "url.path": target_url.partition(b"?")[0].decode("latin-1"),
+            "url.scheme": "http",
+        }
+        if host:
+            h, p = split_host(host.decode("latin-1"))
+            attrs["server.address"] = h
+            if p is not None:
+                attrs["server.port"] = p
+        return attrs
+
+    def _path_exempt(self, target_url: bytes) -> bool:
+        """Is the request's path one the door and the ticket gate never limit (``exempt_paths``)?"""
+        door = self.door
+        return door is not None and door.path_exempt(target_url.partition(b"?")[0].decode("latin-1"))
 
     def _is_self(self, host: bytes) -> bool:
         """Does ``Host`` name the sidecar itself (``127.0.0.1:15001``)? Then the upstream is told its own
@@ -364,14 +353,13 @@ class Forwarder:
             if not valid_host(value):
                 raise BadRequest(f"malformed Host header: {value!r}")
             h, port = split_host(value)
-            known = (
-                h in _LOOPBACK or h == self.host.lower() and port in (None, self.port)
-            )
+            known = h in _LOOPBACK or h == self.host.lower() and port in (None, self.port)
             if len(self._self_hosts) < 1024:
                 self._self_hosts[host] = known
         return known
 
     def _refuse(self, req: IncomingRequest, conn: ClientConnection, status: int, message: str) -> None:
+        """The sidecar's own answer to a request it will not forward (400, 403)."""
         self.rejected.reject(str(status))
         write_answer(req, conn, text(status, message))
         conn.request_done(req)
@@ -387,7 +375,7 @@ def write_answer(req: IncomingRequest, conn: ClientConnection, answer: Answer) -
     conn.write(encode(answer, keep, head_only=req.head_request))
 
 
-class Forwarding(CallOwner):
+class Forwarding(Admittee):
     """One request between ``begin`` and its complete answer."""
 
     __slots__ = (
@@ -406,28 +394,58 @@ class Forwarding(CallOwner):
         "began_complete",
     )
 
+    obs: RequestObserver  # from ``begun`` on
+
     def __init__(
         self,
         forwarder: Forwarder,
         req: IncomingRequest,
         conn: ClientConnection,
-        obs: RequestObserver,
         attempter: Attempter,
+        timers: Timers,
     ) -> None:
         self.forwarder = forwarder
         self.req = req
         self.conn = conn
-        self.obs = obs
         self.attempter = attempter
+        self.timers = timers
         self.driver: Driver | None = None
         self.response: UpstreamResponse | None = None  # being streamed to the client
-        self.body_refusal: tuple[int, str] | None = None  # the body stalled or broke: answered this, then closed
+        self.body_refusal: tuple[int, str] | None = (
+            None  # the body stalled or broke: answered this, then closed
+        )
         # admission: queued for a token until ``wait.at`` (the driver not started yet)
         self.door: Door | None = None
         self.wait: Wait | None = None
         self.wake: TimerEntry | None = None
-        self.timers: Timers | None = None
         self.began_complete = True
+
+    # -- on the way in (``admit.begin``) -----------------------------------------------------------------
+    def refused(self, refusal: Refusal, obs: RequestObserver) -> None:
+        """The door refused it: 429 or 503, and when to come back."""
+        answer = refusal_answer(refusal)
+        write_answer(self.req, self.conn, answer)
+        obs.set_attribute("http.response.status_code", answer.status)
+
+    def begun(
+        self, call: Call, obs: RequestObserver, gate: AttemptGate | None, door: Door | None, wait: Wait | None
+    ) -> None:
+        """Admitted: its driver is made; it starts at once (``go``) or when its token is due (``queued``)."""
+        self.obs = obs
+        self.attempter.obs = obs
+        body = self.req.body
+        if body is not None and not body.complete:
+            body.on_complete = self.body_complete
+        self.conn.answering(self)
+        self.driver = Driver(call, self.attempter, obs, self, self.conn.loop, self.timers, gate)
+        if wait is not None and door is not None:
+            self.queued(door, wait, body is None or body.complete)
+
+    def go(self, now: float) -> None:
+        """The driver starts now, unless the request waits for its token (it starts when that is due)."""
+        driver = self.driver
+        if self.wait is None and driver is not None:
+            driver.start(now)
 
     def _over(self) -> None:
         """The answer is complete: on to the connection's next request. The references that tie this
@@ -437,14 +455,13 @@ class Forwarding(CallOwner):
         self.conn.request_done(self.req)
 
     # -- admission: queued for a token ------------------------------------------------------------------
-    def queued(self, door: Door, wait: Wait, timers: Timers, complete: bool) -> None:
+    def queued(self, door: Door, wait: Wait, complete: bool) -> None:
         """Wait for the borrowed token (``wait.at``) before the driver starts. ``complete``: the call was
         set up with the whole request received."""
         self.door = door
         self.wait = wait
-        self.timers = timers
         self.began_complete = complete
-        self.wake = timers.call_at(wait.at, self.admitted)
+        self.wake = self.timers.call_at(wait.at, self.admitted)
 
     def admitted(self) -> None:
         """The token is due: the request goes ahead."""
@@ -465,7 +482,7 @@ class Forwarding(CallOwner):
         if wait is None:
             return False
         self.wait = self.wake = None
-        if wake is not None and self.timers is not None:
+        if wake is not None:
             self.timers.cancel(wake)
         if self.door is not None:
             self.door.interrupted(wait)
@@ -549,7 +566,8 @@ class Forwarding(CallOwner):
             self.attempter.discard(resp)
             resp = None
         if resp is None:
-            answer = for_finish(finish, self.attempter.plan.expired_status)
+            plan = self.attempter.plan
+            answer = for_finish(finish, plan.expired_status, plan.upstream_name)
             if answer is not None:
                 write_answer(req, conn, answer)
                 obs.set_attribute("http.response.status_code", answer.status)
@@ -572,11 +590,11 @@ class Forwarding(CallOwner):
         self._over()
 
     def _refused(self, finish: Finish, refusal: Refusal) -> None:
-        """The request ends on an attempt that got no ticket (``ticket_gate.py``): 503 and when to come back;
-        unless the client's deadline ended it, which is answered as such (nobody waits for a 503 any more)."""
+        """The request ends on an attempt that got no ticket (``gates/ticket_gate.py``): 503 and when to come
+        back; unless the client's deadline ended it, which is answered as such (``admit.ticket_refusal``)."""
         req, conn, obs = self.req, self.conn, self.obs
         answer: Answer | None
-        if finish.reason is _DEADLINE and not finish.own_deadline:
+        if ticket_refusal(finish, refusal) is None:
             answer = for_finish(finish, self.attempter.plan.expired_status)
         else:
             answer = refusal_answer(refusal)

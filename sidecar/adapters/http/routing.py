@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from ...config.schema import HttpListenerConfig, RouteMatch, UpstreamConfig
-from ...config.units import split_host_port
+from ...upstream.target import SRV
+from ...upstream.target import parse as parse_endpoint
 
 #: The names of this host's loopback interface: an endpoint on one is reached by any of them.
 LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "::1")
@@ -110,13 +111,16 @@ class Router:
             )
             self.routes.append(_Route(r.match.path_prefix, host, port, target))
         self._proxied: dict[str, Target] = {}
-        # absolute-form: an upstream is known by its name or by any of its endpoints
+        # absolute-form: an upstream is known by its name or by any of its endpoints as written (an SRV
+        # name, which has no port, by none)
         self.by_name = {name.lower(): name for name in upstreams}
         self.by_endpoint: dict[tuple[str, int], str] = {}
         for name, uc in upstreams.items():
             for ep in uc.endpoints:
-                h, p = split_host_port(ep)
-                h = h.lower().strip("[]").rstrip(".")
+                t = parse_endpoint(ep)
+                if t.kind == SRV:
+                    continue
+                h, p = t.host.lower(), t.port
                 # a loopback endpoint is reached by any loopback name (``localhost:8080`` for ``127.0.0.1:8080``)
                 for alias in LOOPBACK_NAMES if h in LOOPBACK_NAMES else (h,):
                     self.by_endpoint.setdefault((alias, p), name)

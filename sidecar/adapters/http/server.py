@@ -63,11 +63,13 @@ class HttpListener(ConnectionOwner):
         if self.loop is not None:
             forwarder.bind(self.loop, self._address)
         for upstream, pools in old.pools.items():
-            if services.upstreams.get(upstream) is old.services.upstreams.get(upstream):
+            runtime = old.services.upstreams.get(upstream)
+            if services.upstreams.get(upstream) is runtime:
                 forwarder.pools[upstream] = pools
             else:
-                for pool in pools.values():
-                    pool.close()
+                if runtime is not None:
+                    runtime.endpoints.unwatch(pools)
+                pools.close()
         self.forwarder = forwarder
         self.replay_limit = _replay_limit(config, services)
         self.max_header_size = config.max_header_size
@@ -102,8 +104,11 @@ class HttpListener(ConnectionOwner):
         if self.gate is not None:
             self.gate.close()
         await self.connections.drain(grace)
-        for pool in self.forwarder.all_pools():
-            pool.close()
+        for upstream, pools in self.forwarder.pools.items():
+            runtime = self.services.upstreams.get(upstream)
+            if runtime is not None:
+                runtime.endpoints.unwatch(pools)
+            pools.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
         if self.server is not None:

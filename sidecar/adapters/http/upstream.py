@@ -18,7 +18,10 @@ discarded answer this is a small error body); once delivered, what was held goes
 rest is written through to the client as it arrives, with the client's flow control reaching back to the
 upstream socket.
 
-Pools. Keep-alive connections to one upstream endpoint, at most ``max_connections`` at a time.
+Pools. Keep-alive connections to one upstream endpoint (one address), at most ``max_connections`` at a
+time; :class:`EndpointPools` holds one upstream's pools, one per address, and drains an address that left the
+upstream's set (``upstream/discovery.py``): its pool closes, so idle connections go at once, busy ones once
+their exchange ends, and no new one is made.
 """
 
 from __future__ import annotations
@@ -485,14 +488,22 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
 # -- pools -----------------------------------------------------------------------------------------------
 class Pool:
     """Keep-alive connections to one endpoint, at most ``max_connections`` at a time (then requests wait
-    for one to come back)."""
+    for one to come back). ``name``: what the endpoint is called (``orders.prod:8080`` for an address it
+    resolved to): the ``Host`` a request gets when its client named none."""
 
     def __init__(
-        self, endpoint: str, host: str, port: int, connect_timeout: float, max_connections: int
+        self,
+        endpoint: str,
+        host: str,
+        port: int,
+        connect_timeout: float,
+        max_connections: int,
+        name: str | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.host = host
         self.port = port
+        self.host_header = (endpoint if name is None else name).encode("latin-1")
         self.connect_timeout = connect_timeout
         self.max_connections = max_connections
         self.loop = asyncio.get_running_loop()
@@ -533,6 +544,8 @@ class Pool:
         return await self.connect(), False
 
     async def connect(self) -> UpstreamConnection:
+        if self.closing:  # the endpoint left the upstream's set (or the listener stops): nothing new
+            raise ConnectFailed(f"{self.endpoint} is no longer an endpoint of this upstream")
         self.count += 1
         try:
             async with asyncio.timeout(self.connect_timeout):
@@ -587,7 +600,39 @@ class Pool:
             conn.abort()
 
     def close(self) -> None:
+        """No more connections: idle ones now, busy ones when released; waiters fail at once."""
         self.closing = True
         for conn in list(self.idle):
             conn.abort()
         self.idle.clear()
+        while self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+
+
+class EndpointPools:
+    """One upstream's pools (for one listener), one per address: the way ``upstream/discovery.py`` tells the
+    adapter that an address left (an ``EndpointWatcher``)."""
+
+    __slots__ = ("by_address",)
+
+    def __init__(self) -> None:
+        self.by_address: dict[str, Pool] = {}
+
+    def left(self, address: str) -> None:
+        """``address`` left the upstream's set: its pool closes (busy connections when their exchange ends)."""
+        pool = self.by_address.pop(address, None)
+        if pool is not None:
+            pool.close()
+
+    def drained(self, address: str) -> None:
+        self.left(address)  # closed already when it left
+
+    def close(self) -> None:
+        for pool in self.by_address.values():
+            pool.close()
+        self.by_address.clear()
+
+    def all(self) -> list[Pool]:
+        return list(self.by_address.values())

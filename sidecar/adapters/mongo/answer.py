@@ -7,7 +7,7 @@ How each way a request ends becomes the app's answer (``Finish.reason`` -> reply
 success, not-retryable, attempts-      the delivered attempt's reply (the previous attempt's when the last one
 exhausted, throttled, pushback-no-     said ``NoWritesPerformed``), with ``RetryableError``/``RetryableWriteError``
 retry                                  removed unless ``final_error_labels: keep``; a failure without a reply
-                                       becomes the sidecar's error document (``replies.py``)
+                                       becomes the sidecar's error document (below)
 deadline (the app's maxTimeMS), the    that error (a backoff would have crossed the deadline, or the upstream
 last attempt's own error               said its maxTimeMS expired)
 deadline (the policy's default: the    the last reply received, whichever attempt gave it

@@ -12,10 +12,10 @@ from bson.raw_bson import RawBSONDocument
 
 from ...admission import Kind
 from ...admission.refusal import Refusal
-from ...gates.ticket_gate import gate
-from ...policy import Reason
+from ...admit import Begun, Way, enter, ticket_refusal
 from ...runtime import Delivery, drive
 from ...services import CompiledPolicy, Services, UpstreamRuntime
+from ...telemetry import RequestObserver
 from . import wire
 from .answer import for_finish, refusal_doc
 from .attempt import Attempt, Reply
@@ -25,22 +25,10 @@ from .topology import Topology, TopologyPicker
 from .upstream import Pools
 
 _CURSOR_REPLIES = frozenset({"find", "aggregate", "getMore", "listCollections", "listIndexes"})
-#: Commands that never wait for a ticket (the seed's kExempt: they keep the system observable or release
-#: resources); counted as exempted. ``hello``/``isMaster`` are answered by the sidecar itself.
-EXEMPT = frozenset(
-    {
-        "hello",
-        "isMaster",
-        "ismaster",
-        "ping",
-        "buildInfo",
-        "buildinfo",
-        "killCursors",
-        "endSessions",
-        "commitTransaction",
-        "abortTransaction",
-    }
-)
+#: Commands neither the door nor the ticket gate limits (the seed's kExempt: they keep the system observable
+#: or release resources); counted as exempted. (``hello`` and ``endSessions`` never come here: the sidecar
+#: answers them itself, and its listener counts them as exempted.)
+EXEMPT = frozenset({"ping", "buildInfo", "buildinfo", "killCursors", "commitTransaction", "abortTransaction"})
 
 
 @dataclass(frozen=True)
@@ -56,81 +44,96 @@ class Shared:
     services: Services
     listener: str
     server_selection_timeout: float
+    way: Way  # the listener's way in (``admit.py``)
 
     @property
     def keep_labels(self) -> bool:
         return self.policy.config.final_error_labels == "keep"
 
 
-async def forward(up: Shared, msg: wire.Msg, cmd: Command, arrival: float | None = None) -> bytes | None:
-    """Carry one command; return the reply's body to send the app (``None``: no reply). ``arrival``: when
-    it came (loop time), if it waited since (admission): its maxTimeMS counts from then."""
-    loop = asyncio.get_running_loop()
-    now = loop.time() if arrival is None else arrival
+async def forward(up: Shared, msg: wire.Msg, cmd: Command, client: str) -> bytes | None:
+    """Carry one command from ``client`` (its IP address); return the reply's body to send the app
+    (``None``: no reply)."""
+    arrival = asyncio.get_running_loop().time()
+    refuser = _Refuser()
+    begun = await _enter(up, cmd, client, arrival, refuser)
+    if begun is None:
+        return refuser.body  # refused at the door: code 462, overloaded and retryable
+    obs = begun.obs
+    with obs:
+        delivery = await drive(
+            begun.call, Attempt(up.pools, up.topology, cmd, msg, obs), obs, gate=begun.gate
+        )
+        refusal = ticket_refusal(delivery.finish, delivery.payload)
+        if refusal is not None and not msg.more_to_come:
+            obs.refused(refusal)  # the last attempt got no ticket: code 462, overloaded and retryable
+            obs.end(refusal.message)
+            return refusal_doc(refusal)
+        if isinstance(delivery.payload, Refusal):  # the app's deadline ended it (or it wants no reply)
+            delivery = Delivery(delivery.finish, None)
+        _remember(up, cmd, delivery, arrival)
+        body, error = for_finish(up.topology, up.name, up.keep_labels, cmd, msg, delivery)
+        obs.end(error)
+        return body
+
+
+async def _enter(up: Shared, cmd: Command, client: str, arrival: float, refuser: _Refuser) -> Begun | None:
+    """The command's way in: its deadline (``maxTimeMS``; without it the policy's default is the sidecar's
+    own bound, counted from arrival: the command came whole), its pins (a cursor's or a transaction's
+    endpoint), hedging only for retryable reads, servers that fit its read preference."""
     policy = up.policy
-    # maxTimeMS is the app's deadline; without it the policy's default is the sidecar's own bound.
-    timeout = cmd.max_time_ms / 1000.0 if cmd.max_time_ms is not None else policy.engine.deadline
-    bound = now + timeout  # the app's deadline, or the policy's own for a command without maxTimeMS
     candidates: list[str] | None = None
     max_attempts: int | None = None
     pinned: str | None = None
     if cmd.in_transaction and cmd.lsid is not None and cmd.txn_number is not None:
         max_attempts = 1  # statements of a transaction are not retried one by one
-        pinned = None if cmd.start_transaction else up.pins.transaction(cmd.lsid, cmd.txn_number, now)
+        pinned = None if cmd.start_transaction else up.pins.transaction(cmd.lsid, cmd.txn_number, arrival)
     elif cmd.cursor_ids:
-        pinned = up.pins.cursor(cmd.cursor_ids, now)
+        pinned = up.pins.cursor(cmd.cursor_ids, arrival)
     if pinned is not None:
         candidates = [pinned]
-    # Hedging sends copies at once: only for retryable reads (a narrowed request never hedges).
-    retry_on = (
-        policy.engine.retry_on if policy.engine.hedging is not None and not cmd.retryable_read else None
-    )
-    rp = cmd.read_preference
-    topology = up.topology
-    if candidates is None and not topology.eligible(rp):
-        await topology.wait_selectable(rp, max(0.0, min(bound - now, up.server_selection_timeout)))
     attrs = {"db.system.name": "mongodb", "db.operation.name": cmd.name, "db.namespace": cmd.db}
     if cmd.collection:
         attrs["db.collection.name"] = cmd.collection
-    call, obs = up.services.begin_request(
-        policy,
-        up.runtime,
-        listener=up.listener,
-        protocol="mongodb",
+    rp, topology = cmd.read_preference, up.topology
+    return await enter(
+        up.services,
+        up.way,
+        refuser,
         name=cmd.span_name(),
-        attributes=attrs,
-        arrival=now,
+        client=client,
+        arrival=arrival,
         received=cmd.max_time_ms / 1000.0 if cmd.max_time_ms is not None else None,
-        default_timeout=max(0.0, bound - loop.time()),  # counted from arrival: the command came whole
+        exempt=cmd.name in EXEMPT,
+        kind=Kind.READ if cmd.reads_only else Kind.WRITE,
+        attributes=attrs,
+        own_bound=arrival + policy.engine.deadline,
         candidates=candidates,
-        retry_on=retry_on,
+        # Hedging sends copies at once: only for retryable reads (a narrowed request never hedges).
+        retry_on=policy.engine.retry_on
+        if policy.engine.hedging is not None and not cmd.retryable_read
+        else None,
         max_attempts=max_attempts,
         picker=TopologyPicker(
             up.runtime.balancer,
             lambda: topology.eligible(rp),
-            up.server_selection_timeout if topology.replica_set is not None else 0.0,
+            up.server_selection_timeout,
+            retries_wait=topology.replica_set is not None,
+            check=topology.request_check,
         ),
     )
-    tickets = up.runtime.concurrency
-    gated = None
-    if tickets is not None:
-        gated = gate(tickets, Kind.READ if cmd.reads_only else Kind.WRITE, loop, exempt=cmd.name in EXEMPT)
-    with obs:
-        delivery = await drive(
-            call, Attempt(up.pools, topology, cmd, msg, obs), obs, gate=gated
-        )
-        payload = delivery.payload
-        if isinstance(payload, Refusal):
-            finish = delivery.finish
-            if not msg.more_to_come and not (finish.reason is Reason.DEADLINE and not finish.own_deadline):
-                obs.refused(payload)  # the last attempt got no ticket: code 462, overloaded and retryable
-                obs.end(payload.message)
-                return refusal_doc(payload)
-            delivery = Delivery(finish, None)  # the app's deadline ended it (or it wants no reply)
-        _remember(up, cmd, delivery, now)
-        body, error = for_finish(topology, up.name, up.keep_labels, cmd, msg, delivery)
-        obs.end(error)
-        return body
+
+
+class _Refuser:
+    """A command the door refused (an ``admit.Refuser``): the error document to reply with (code 462)."""
+
+    __slots__ = ("body",)
+
+    def __init__(self) -> None:
+        self.body: bytes | None = None
+
+    def refused(self, refusal: Refusal, obs: RequestObserver) -> None:
+        self.body = refusal_doc(refusal)
 
 
 def _remember(up: Shared, cmd: Command, delivery: Delivery, now: float) -> None:

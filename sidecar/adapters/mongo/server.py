@@ -2,7 +2,7 @@
 
 The sidecar answers ``hello``/``isMaster`` itself (OP_MSG, and the legacy OP_QUERY handshake with an
 OP_REPLY), refuses authentication from the app (it authenticates upstream), answers ``endSessions`` and
-passes it on, and forwards every other command through ``forward.py``. A message that cannot be read
+passes it on, and forwards every other command through ``request.py``. A message that cannot be read
 (bad framing, bad BSON, over ``max_message_size``, compressed, an unknown opcode) closes that connection only,
 with a log line naming what was wrong.
 """
@@ -15,21 +15,19 @@ import dataclasses
 import ipaddress
 import itertools
 import logging
-import math
 
 from bson.errors import BSONError
 from bson.raw_bson import RawBSONDocument
 
-from ...admission import Refusal
+from ...admit import Way
 from ...config.schema import MongoListenerConfig
 from ...config.units import split_host_port
 from ...gates.accept_gate import AcceptGate
-from ...gates.door import Door
 from ...services import Services
 from ..acceptor import Acceptor
 from ..connections import Connections
 from . import answer, wire
-from .commands import AUTH, HELLO, RAW, Command, describe
+from .commands import AUTH, HELLO, RAW, describe
 from .connection import AppConnection, Limits
 from .pinning import Pins
 from .request import Shared, forward
@@ -37,12 +35,6 @@ from .topology import Topology
 from .upstream import Pools, Settings
 
 log = logging.getLogger("sidecar.mongo")
-
-#: Commands the request gate never limits (counted as exempted; hello and endSessions the sidecar answers
-#: itself): those that release resources or keep the system observable, as the seed's server exempts.
-ADMISSION_EXEMPT = frozenset(
-    {"ping", "buildInfo", "buildinfo", "killCursors", "commitTransaction", "abortTransaction"}
-)
 
 #: How long a command waits for a server that fits it (a primary during an election), at most.
 SERVER_SELECTION_TIMEOUT = 10.0
@@ -65,16 +57,18 @@ class MongoListener:
         self.settings = settings
         topology = Topology(config.upstream, ucfg.endpoints, settings, ucfg.replica_set)
         assert config.policy is not None  # the loader fills in the protocol's preset
+        policy = services.policy(config.policy)
         self.up = Shared(
             name=config.upstream,
             runtime=runtime,
             topology=topology,
             pools=Pools(settings),
             pins=Pins(),
-            policy=services.policy(config.policy),
+            policy=policy,
             services=services,
             listener=config.name,
             server_selection_timeout=SERVER_SELECTION_TIMEOUT,
+            way=Way(services, config.name, "mongodb", policy, runtime),
         )
         self._server: Acceptor | None = None
         self._limits = _limits(config)
@@ -105,11 +99,13 @@ class MongoListener:
         self._limits = _limits(config)
         if self._server is not None:
             self._server.max_connections = config.max_connections
+        runtime, policy = services.upstream(config.upstream), services.policy(config.policy)
         self.up = dataclasses.replace(
             self.up,
-            runtime=services.upstream(config.upstream),
-            policy=services.policy(config.policy),
+            runtime=runtime,
+            policy=policy,
             services=services,
+            way=Way(services, config.name, "mongodb", policy, runtime),
         )
 
     async def start(self) -> None:
@@ -198,31 +194,7 @@ class MongoListener:
             return answer.error_doc(18, "AuthenticationFailed", _AUTH_REFUSED)
         if name == "endSessions":
             return self._end_sessions(msg, body)
-        arrival = asyncio.get_running_loop().time()
-        if door is not None and door.requests is not None:
-            refusal = await self._admit(door, host, cmd, arrival)
-            if refusal is not None:
-                return answer.refusal_doc(refusal)
-        return await forward(self.up, msg, cmd, arrival)
-
-    async def _admit(self, door: Door, host: str, cmd: Command, arrival: float) -> Refusal | None:
-        """The request gate (admission.requests): go ahead (``None``, perhaps after queueing) or refused (the
-        request's span says why). Operations that release resources or keep the system observable are
-        exempt (the seed's ``kExempt``)."""
-        deadline = arrival + cmd.max_time_ms / 1000.0 if cmd.max_time_ms is not None else math.inf
-        refusal = await door.admit(host, arrival, deadline, exempt=cmd.name in ADMISSION_EXEMPT)
-        if refusal is not None:
-            attrs = {"db.system.name": "mongodb", "db.operation.name": cmd.name, "db.namespace": cmd.db}
-            obs = self.up.services.refused(
-                refusal,
-                listener=self.name,
-                upstream=self.up.name,
-                protocol="mongodb",
-                name=cmd.span_name(),
-                attributes=attrs,
-            )
-            obs.end(refusal.reason.value)
-        return refusal
+        return await forward(self.up, msg, cmd, host)
 
     def _legacy(self, conn_id: int, header: wire.Header, q: wire.Query) -> bytes:
         try:

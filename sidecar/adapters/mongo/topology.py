@@ -172,18 +172,36 @@ class TopologyPicker(EndpointPicker):
     """The engine's endpoint picker for one request: the topology says which servers fit, the balancer
     ranks them. Fixed ``candidates`` (a pinned cursor or transaction) bypass the topology. Results are not
     passed on to outlier detection (``observe``): the topology's monitoring already takes unusable members
-    out, and a replica set's primary cannot be ejected."""
+    out, and a replica set's primary cannot be ejected.
 
-    __slots__ = ("balancer", "eligible", "selection_timeout", "selecting_since")
+    When no server fits, the engine waits on its own timer (``ready_at``): a first attempt for up to
+    ``selection_timeout`` (the driver's server selection loop; the monitor is asked to look at once), a retry
+    only where ``retries_wait`` (a replica set electing a primary; a mongos that failed is not waited for)."""
+
+    __slots__ = (
+        "balancer",
+        "eligible",
+        "selection_timeout",
+        "retries_wait",
+        "check",
+        "picked",
+        "selecting_since",
+    )
 
     def __init__(
-        self, balancer: Balancer, eligible: Callable[[], list[str]], selection_timeout: float = 0.0
+        self,
+        balancer: Balancer,
+        eligible: Callable[[], list[str]],
+        selection_timeout: float = 0.0,
+        retries_wait: bool = False,
+        check: Callable[[], None] | None = None,
     ) -> None:
-        """``selection_timeout``: how long a retry may wait for a server to fit (a replica set electing a
-        primary): the engine asks again every ``SELECTION_POLL`` seconds until then (0: never waits)."""
         self.balancer = balancer
         self.eligible = eligible
         self.selection_timeout = selection_timeout
+        self.retries_wait = retries_wait
+        self.check = check  # ask the topology's monitor to look now
+        self.picked = False  # an attempt went out: a later wait is a retry's
         self.selecting_since = INF  # when the current wait for a fitting server began (inf: none)
 
     def pick(
@@ -198,13 +216,18 @@ class TopologyPicker(EndpointPicker):
         endpoint = self.balancer.pick(now, rand, pool, avoid, deprioritized)
         if endpoint is not None:
             self.selecting_since = INF
+            self.picked = True
         return endpoint
 
     def ready_at(self, now: float) -> float:
         """No server fits (no primary during an election, every member unknown): the engine looks again in
-        ``SELECTION_POLL`` seconds, for up to ``selection_timeout`` (the driver's server selection loop)."""
+        ``SELECTION_POLL`` seconds, for up to ``selection_timeout``."""
+        if self.picked and not self.retries_wait:
+            return INF
         if self.selecting_since == INF:
             self.selecting_since = now
+            if self.check is not None:
+                self.check()
         if now - self.selecting_since >= self.selection_timeout:
             return INF
         return now + SELECTION_POLL
@@ -217,4 +240,3 @@ class TopologyPicker(EndpointPicker):
 
     def penalize(self, endpoint: str, now: float) -> None:
         self.balancer.penalize(endpoint, now)
-

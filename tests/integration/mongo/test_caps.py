@@ -90,7 +90,7 @@ async def test_large_stalled_messages_stay_within_the_buffer_bound(tmp_path: Pat
             f"limits: {{max_buffered_bytes: {limit}B}}\n"
             f"upstreams: {{db: {{endpoints: ['{up.endpoint}']}}}}\n"
             f"listeners: [{{name: m, protocol: mongodb, listen: '127.0.0.1:{port}', upstream: db,"
-            " message_timeout: 2m}]\n"
+            " message_timeout: 2m, max_message_size: 30MiB}]\n"  # a message must fit in the budget
         )
         proc = await asyncio.create_subprocess_exec(
             str(Path(sys.executable).parent / "sidecar"),
