@@ -9,7 +9,8 @@ none of them, so ``sidecar check`` checks every key whatever is installed or loa
 
 To add a protocol or a feature, add its entry here: a listener under ``listener.<protocol>`` (what
 ``adapters.make_listener`` builds), or a part with the test of a config that uses it, and ask for it with
-``load(name)`` where it is built. ``used(config)`` lists the parts a config needs (logged at start).
+``load(name)`` where it is built. ``used(config)`` lists the parts a config needs (``describe``: logged at
+start).
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ PARTS: dict[str, Part] = {
     "listener.http": Part("sidecar.adapters.http.server:HttpListener", _listens("http"), "httptools"),
     "listener.grpc": Part("sidecar.adapters.grpc.server:GrpcListener", _listens("grpc"), "grpcio"),
     "listener.mongodb": Part(
-        "sidecar.adapters.mongo.server:MongoListener", _listens("mongodb"), "pymongo, bson"
+        "sidecar.adapters.mongo.server:MongoListener",
+        _listens("mongodb"),
+        "bson (and pymongo, for SASLprep, with SCRAM-SHA-256 authentication)",
     ),
     "tracing": Part(
         "sidecar.telemetry.tracing:Tracer",
@@ -97,3 +100,9 @@ def load_if_used(name: str, config: Config) -> Any:
 def used(config: Config) -> list[str]:
     """The parts ``config`` needs, in the table's order."""
     return [name for name, part in PARTS.items() if part.used(config)]
+
+
+def describe(config: Config) -> str:
+    """One line for the log: the parts ``config`` needs and what each brings."""
+    names = used(config)
+    return "; ".join(f"{name} ({PARTS[name].brings})" for name in names) if names else "none"

@@ -43,7 +43,9 @@ class Limits:
     max_body: int = 64 * 1024  # an admin request needs none; a small one is read and discarded (more: 413)
     request_timeout: float = 10.0  # seconds from a request's first byte to its last (then closed)
     idle_timeout: float = 60.0  # seconds with no request on a kept-alive connection, or an answer unread
-    max_pipelined: int = 16  # requests read ahead of their answers (then the connection is not read)
+    #: Requests read ahead of their answers: then the connection is not read (and more arriving in the same
+    #: read are answered 429, and the connection closed).
+    max_pipelined: int = 16
     max_connections: int = 256  # at once; more wait in the kernel's backlog
 
 
@@ -302,13 +304,15 @@ class _Connection(asyncio.Protocol):
         self.head_bytes = 0
         self._cancel_timer()
         parser = self.parser
+        if len(self.pending) >= self.limits.max_pipelined:  # all came in one read: the rest is refused
+            raise _Refused(429, f"more than {self.limits.max_pipelined} requests sent ahead of their answers")
         keep_alive = parser.should_keep_alive()
         request = self._request(parser.get_method().decode("ascii", "replace"))
         self._queue(_Pending(request, keep_alive, parser.get_http_version()))
         if not keep_alive:
             self._stop_reading()
         elif len(self.pending) >= self.limits.max_pipelined:
-            self._pause_reading()
+            self._pause_reading()  # until half of them are answered
 
     def _request(self, method: str) -> AdminRequest:
         try:

@@ -243,10 +243,27 @@ async def test_a_client_that_reads_no_answers_is_not_read_and_then_closed() -> N
         reader, writer = await raw(server)
         writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         request = b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n"
-        writer.write(request * 200)  # 200 MB of answers asked for, none read
+        writer.write(request * 4)  # 4 MB of answers asked for, none read
         async with aiohttp.ClientSession() as http, http.get(url(server, "/healthz")) as r:
             assert r.status == 200
         await until(lambda: server.connections == 0, "the client that reads nothing closed")
+        writer.close()
+
+
+@on_both_loops
+async def test_requests_sent_far_ahead_of_their_answers_are_bounded() -> None:
+    async with admin(Limits(max_pipelined=4)) as server:
+        reader, writer = await raw(server)
+        writer.write(b"GET /echo HTTP/1.1\r\nHost: a\r\n\r\n" * 40)  # one read holds them all
+        statuses = [(await read_response(reader))[0] for _ in range(5)]
+        assert statuses == [200, 200, 200, 200, 429]
+        assert await closed(reader)
+        writer.close()
+        reader, writer = await raw(server)  # a client sending them a few at a time is read as it goes
+        for _ in range(10):
+            writer.write(b"GET /echo HTTP/1.1\r\nHost: a\r\n\r\n" * 3)
+            for _ in range(3):
+                assert (await read_response(reader))[0] == 200
         writer.close()
 
 
