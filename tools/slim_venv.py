@@ -46,7 +46,7 @@ def every_part_config() -> dict:
                 "retry_budget": {"scope": "fleet", "ratio": 0.2},
                 "concurrency": {"mode": "probing"},
             },
-            "rpc": {"endpoints": ["127.0.0.1:1"]},
+            "rpc": {"endpoints": ["localhost:1"]},  # a name: the resolver (dnspython) is loaded
             "db": {"endpoints": ["127.0.0.1:1"], "auth": {"username": "u", "password": "p"}},
         },
         "listeners": [
