@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from sidecar.adapters.grpc.answer import DEADLINE_DETAILS, UpstreamStatus, answer
-from sidecar.adapters.grpc.classify import GrpcClassifier
+from sidecar.adapters.grpc.answer import DEADLINE_DETAILS, answer
+from sidecar.adapters.grpc.classify import GrpcClassifier, UpstreamStatus
 from sidecar.adapters.grpc.metadata import (
     attempt_metadata,
     parse_pushback,

@@ -160,3 +160,35 @@ async def test_held_messages_count_against_the_shared_budget_and_reading_stops_w
     assert c2.reads == 1 and budget.used == 10
     s2.close()
     assert budget.used == 0
+
+
+async def test_a_write_in_flight_when_the_call_ends_sends_nothing_more() -> None:
+    """The call ended (``close``: its messages let go) while an attempt's writer was still in a write: once
+    that write returns, the writer stops. (It read the next message at a position let go: an IndexError,
+    seen by the fuzzer as a traceback in about one run in three.)"""
+    c = Client()
+    c.send(b"a", b"b")
+    s = RequestStream(c.read, limit=1024)
+    up = Upstream()
+    up.gate = asyncio.Event()  # the upstream takes "a" slowly
+    t = asyncio.create_task(s.feed(1, up.write, up.done_writing, lambda: None))
+    await settle()
+    s.close()  # the call is over (its answer was given): the attempt's cancel has not reached the writer yet
+    up.gate.set()
+    await t
+    assert up.got == [b"a"] and not up.closed.is_set()  # no further message, no half-close for half a request
+
+
+async def test_a_writer_waiting_for_messages_when_the_call_ends_stops() -> None:
+    c = Client()
+    c.send(b"a")
+    s = RequestStream(c.read, limit=1024)
+    up = Upstream()
+    t = asyncio.create_task(s.feed(1, up.write, up.done_writing, lambda: None))
+    while up.got != [b"a"]:
+        await s._wait()
+    s.close()
+    await asyncio.wait_for(t, 10)  # (a bound for the failure: it returns at once)
+    assert not up.closed.is_set()
+    await s.feed(2, up.write, up.done_writing, lambda: None)  # an attempt after the end sends nothing
+    assert up.got == [b"a"] and not up.closed.is_set()

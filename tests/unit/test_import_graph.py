@@ -96,3 +96,17 @@ def test_no_import_circles_in_sidecar() -> None:
     graph = import_graph()
     assert "sidecar.adapters.http.request" in graph and graph["sidecar.adapters.http.server"]
     assert cycles(graph) == []
+
+
+def test_no_private_grpc_import() -> None:
+    """grpcio's private modules (``grpc._cython``, ``grpc.aio._server``, ...) are imported nowhere: what
+    grpcio gives no public way to do is done in one place, ``adapters/grpc/crash.py``, without importing
+    them (STYLE: things to avoid)."""
+    private = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            found = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                found = [node.module or ""]
+            private += [f"{name}: {m}" for m in found if m.startswith("grpc") and "._" in f".{m}"]
+    assert private == []

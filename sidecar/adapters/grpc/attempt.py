@@ -17,23 +17,20 @@ from collections.abc import Coroutine
 from typing import Any
 
 import grpc
-from grpc._cython.cygrpc import ExecuteBatchError
 
-from ...policy import Outcome, OutcomeClass, SendAttempt
+from ...policy import SendAttempt
 from ...runtime import AttemptContext, AttemptResult
 from ...telemetry.observer import RequestObserver
-from .answer import Downstream, UpstreamStatus
-from .classify import GrpcClassifier
+from .answer import CLIENT_GONE_STATUS, second_message
+from .classify import CLIENT_GONE, LOST, SECOND_MESSAGE, GrpcClassifier, UpstreamStatus
+from .downstream import Downstream
 from .metadata import attempt_metadata
 from .replay import EOF, RequestStream
 from .upstream import Channels
 
 log = logging.getLogger("sidecar.grpc")
-_LOST = AttemptResult(Outcome(OutcomeClass.FATAL, detail="another attempt answered first"))
-_CLIENT_GONE = AttemptResult(
-    Outcome(OutcomeClass.FATAL, detail="client gone"),
-    UpstreamStatus(grpc.StatusCode.CANCELLED, "client gone"),
-)
+_LOST = AttemptResult(LOST)
+_CLIENT_GONE = AttemptResult(CLIENT_GONE, CLIENT_GONE_STATUS)
 
 
 class Attempter:
@@ -108,6 +105,7 @@ class Attempter:
         if not self.down.claim(ctx):
             call.cancel()
             return _LOST
+        self.request.seal()  # committed: no attempt starts after this one
         if not await self._pass(self.down.send_headers(initial, n), call):
             return _CLIENT_GONE
         return None
@@ -194,9 +192,10 @@ def _ready(coro: Coroutine[Any, Any, Any]) -> Any:
 async def _write_request(request: RequestStream, call: Any, cmd: SendAttempt, ctx: AttemptContext) -> None:
     try:
         await request.feed(cmd.attempt, call.write, call.done_writing, ctx.buffer_exceeded)
-    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, ExecuteBatchError):
-        # The call ended while we were writing: its status tells what happened. (grpcio raises its internal
-        # ExecuteBatchError for a half-close on a call that already ended: found by fuzzing, tests/fuzz.)
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.InternalError):
+        # The call ended while we were writing: its status tells what happened. (grpcio raises an
+        # InternalError, its ExecuteBatchError, for a half-close on a call that already ended: found by
+        # fuzzing, tests/fuzz.)
         pass
     except SecondMessage:
         call.cancel()  # the attempt ends with the error saying so (OneMessage.second_message)
@@ -262,11 +261,4 @@ class OneMessage:
 
 
 def _second_message(method: str) -> AttemptResult:
-    details = (
-        f"sidecar: the client sent a second request message on {method}, which the listener's "
-        "unary_requests lists as taking one: remove it from unary_requests"
-    )
-    return AttemptResult(
-        Outcome(OutcomeClass.FATAL, detail="second request message on a unary_requests method"),
-        UpstreamStatus(grpc.StatusCode.INTERNAL, details),
-    )
+    return AttemptResult(SECOND_MESSAGE, second_message(method))

@@ -11,8 +11,10 @@
 | a code in ``overload_codes`` (default ``RESOURCE_EXHAUSTED``) | ``overloaded`` |
 | ``RESOURCE_EXHAUSTED`` "... larger than max ..." (a message over a size limit) | ``fatal`` |
 | any other code | ``fatal`` |
+| the sidecar ended the attempt: another attempt answered first (``LOST``), the client is gone (``CLIENT_GONE``), a second request message on a ``unary_requests`` method (``SECOND_MESSAGE``) | ``fatal`` |
 
-A non-OK status may carry A6 server pushback (``grpc-retry-pushback-ms``).
+A non-OK status may carry A6 server pushback (``grpc-retry-pushback-ms``). What came back is an
+:class:`UpstreamStatus`: the attempt's payload, which ``answer.py`` turns into the client's status.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ from .metadata import parse_pushback
 
 C = OutcomeClass
 CODE_BY_NAME = {c.name: c for c in grpc.StatusCode}
+
+#: The attempts the sidecar ends itself (never retried: each is the end of its call or of a lost hedge).
+LOST = Outcome(C.FATAL, detail="another attempt answered first")
+CLIENT_GONE = Outcome(C.FATAL, detail="client gone")
+SECOND_MESSAGE = Outcome(C.FATAL, detail="second request message on a unary_requests method")
 
 # Transport errors that grpc core reports as UNAVAILABLE, recognised by their details text.
 _NEVER_SENT = (
@@ -54,6 +61,16 @@ _BROKEN = (
     "recvmsg",
     "sendmsg",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamStatus:
+    """How one attempt ended at the upstream: the attempter's payload."""
+
+    code: grpc.StatusCode
+    details: str
+    trailing: tuple[tuple[str, str | bytes], ...] = ()
+    initial: tuple[tuple[str, str | bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

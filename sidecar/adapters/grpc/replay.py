@@ -21,6 +21,10 @@ ends a call that stays stalled.
 
 ``on_complete`` is called once, when the client has half-closed and a writer has sent the whole request
 upstream (the engine's ``RequestComplete``: per-try timeouts start then).
+
+``close`` ends the stream with its call: the messages are let go, and a writer still out (its attempt's
+cancel is on its way) sends nothing more, neither a message nor the half-close, once its write in flight
+returns.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class RequestStream:
         self.kept = ReplayBuffer(limit, budget=budget)
         self.eof = False
         self.overflowed = False
+        self.closed = False  # the call is over: nothing more goes upstream
         self._on_seal = on_seal
         self._on_complete = on_complete
         self._writers: dict[int, _Writer] = {}
@@ -130,7 +135,10 @@ class RequestStream:
         done_writing: Callable[[], Awaitable[Any]],
         on_overflow: Callable[[], None],
     ) -> None:
-        """Send the whole request to one attempt: what is buffered, then live messages, then half-close."""
+        """Send the whole request to one attempt: what is buffered, then live messages, then half-close
+        (nothing more once the stream is closed: every await may return to a closed one)."""
+        if self.closed:
+            return
         kept = self.kept
         kept.check_whole("the request stream")
         w = self._writers[attempt] = _Writer(0, on_overflow)
@@ -139,6 +147,8 @@ class RequestStream:
             while True:
                 while w.position < kept.end:
                     await write(kept.at(w.position))
+                    if self.closed:
+                        return
                     w.position += 1
                     if not kept.replayable:
                         self._trim()
@@ -149,6 +159,8 @@ class RequestStream:
                         done()
                     return
                 await self._wait()
+                if self.closed:
+                    return
         finally:
             self._writers.pop(attempt, None)
             if not kept.replayable:
@@ -183,6 +195,8 @@ class RequestStream:
             await self._wait()
 
     def close(self) -> None:
+        """The call is over: stop reading the client, let go of the messages, end the writers."""
+        self.closed = True
         if self._pump is not None:
             self._pump.cancel()
         self._changed()

@@ -4,7 +4,7 @@ Route the method to a policy, read the client's deadline (its ``grpc-timeout``, 
 metadata, whichever is sooner; capped by a service config ``timeout``; without either, the policy's default
 is the sidecar's own bound), admit and set the call up (``sidecar/admit.py``), forward the request's messages as
 they come (``replay.py``), drive the engine through ``attempt.py``, and once nothing more will be sent to the
-client (``Downstream.close``), give it the answer its ``Finish`` maps to (``answer.py``).
+client (``downstream.py``), give it the answer its ``Finish`` maps to (``answer.py``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from ...policy.deadline import MAX_TIMEOUT_S, parse_timeout_ms
 from ...runtime import Delivery, Driver, drive
 from ...services import Services, UpstreamRuntime
 from ...telemetry import RequestObserver
-from .answer import Answer, Downstream, answer, refused
+from .answer import Answer, answer, refused
 from .attempt import Attempter
 from .classify import GrpcClassifier
+from .downstream import Downstream
 from .metadata import first_value, request_metadata
 from .replay import RequestStream
 from .routing import MethodRoutes, Route
@@ -58,10 +59,11 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     pc = compiled.config
     incoming = [(m.key, m.value) for m in context.invocation_metadata() or ()]
     tickets = shared.upstream.concurrency
+    down = Downstream(context)  # the client's side of the call: what goes to it, refusals included
     begun = await enter(
         services,
         _way(shared, route.policy),
-        _Refuser(context),
+        down,
         name=route.name,
         client=peer_host(context.peer()),
         arrival=asyncio.get_running_loop().time(),
@@ -80,11 +82,10 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     stream: RequestStream | None = None
     try:
         stream = _stream(shared, context, pc.replay_buffer, obs, drivers)
-        down = Downstream(context, stream)
         attempter = _attempter(shared, method, route, pc, incoming, stream, down, obs)
         delivery = await drive(begun.call, attempter, obs, drivers.append, begun.gate)
         await down.close()  # grpc sends the status when we return: nothing may be in flight beside it
-        _deliver(context, _answer(shared, delivery, pc.give_up_pushback, obs), obs)
+        down.deliver(_answer(shared, delivery, pc.give_up_pushback, obs), obs)
     except asyncio.CancelledError:
         obs.end("client cancelled")
         raise
@@ -152,18 +153,6 @@ def _answer(shared: Shared, delivery: Delivery, give_up_pushback: bool, obs: Req
     return answer(finish, status, upstream=shared.upstream.name, give_up_pushback=give_up_pushback)
 
 
-class _Refuser:
-    """A call the door refused (an ``admit.Refuser``): ``RESOURCE_EXHAUSTED`` and when to come back."""
-
-    __slots__ = ("context",)
-
-    def __init__(self, context: grpc.aio.ServicerContext) -> None:
-        self.context = context
-
-    def refused(self, refusal: Refusal, obs: RequestObserver) -> None:
-        _deliver(self.context, refused(refusal), obs, end=False)
-
-
 def ticket_kind(method: str, read_methods: list[str]) -> Kind:
     """Which ticket an attempt of ``method`` (``/pkg.Service/Method``) takes: a read when
     ``concurrency.read_methods`` names it (exactly, or its service as ``/pkg.Service/*``), else a write."""
@@ -184,20 +173,6 @@ def peer_host(peer: str | None) -> str:
     if kind == "ipv6":
         return rest.rpartition(":")[0].strip("[]").replace("%25", "%")
     return ""
-
-
-def _deliver(context: grpc.aio.ServicerContext, ans: Answer, obs: RequestObserver, end: bool = True) -> None:
-    """Set the call's status (grpc sends it when the handler returns); the span records it (and ends)."""
-    try:
-        context.set_trailing_metadata(tuple(ans.trailing))
-        context.set_code(ans.code)
-        if ans.details:
-            context.set_details(ans.details)
-    except Exception as e:  # noqa: BLE001 - a server call that already ended refuses them
-        log.debug("the client is gone before its status: %r", e)
-    obs.set_attribute("rpc.grpc.status_code", ans.code.value[0])
-    if end:
-        obs.end(None if ans.code is grpc.StatusCode.OK else ans.code.name)
 
 
 def _received_timeout(

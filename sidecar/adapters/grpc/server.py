@@ -14,7 +14,7 @@ import grpc
 from ...config import GrpcListenerConfig
 from ...config.units import split_host_port
 from ...services import Services, UpstreamRuntime
-from . import crash
+from .crash import POLL, GrpcioLog
 from .request import Shared, proxy
 from .routing import MethodRoutes
 from .upstream import Channels
@@ -104,9 +104,10 @@ class GrpcListener:
         self._handler.shared = self.shared
 
     async def start(self) -> None:
-        crash.watch_logs()
         self._server = await self._serve(self.config.listen)
-        self._supervisor = asyncio.get_running_loop().create_task(self._supervise(), name=f"grpc {self.name}")
+        self._supervisor = asyncio.get_running_loop().create_task(
+            self._supervise(GrpcioLog.installed()), name=f"grpc {self.name}"
+        )
 
     async def _serve(self, listen: str) -> grpc.aio.Server:
         size = self.config.max_message_size
@@ -135,10 +136,10 @@ class GrpcListener:
         self._address = (host, port)
         return server
 
-    async def _supervise(self) -> None:
+    async def _supervise(self, grpcio_log: GrpcioLog) -> None:
         """grpcio's server loop can die of one bad frame (``crash.py``): serve again on the same address."""
         while (server := self._server) is not None:
-            cause = await crash.died(server)
+            cause = await grpcio_log.died(server)
             if self._server is not server:
                 return  # stop() took it
             self._rebuilding = True
@@ -158,7 +159,7 @@ class GrpcListener:
                     fresh = await self._serve(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
                 except OSError as e:  # the old socket may linger a moment
                     log.debug("grpc listener %s: not listening yet: %s", self.name, e)
-                    await asyncio.sleep(crash.POLL)
+                    await asyncio.sleep(POLL)
             self._server = fresh
             self._rebuilding = False
             asyncio.get_running_loop().create_task(self._bury(server))
