@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/footprint.py [--starts 3] [--load 8] [--only http,grpc]   # the .venv's sidecar
     .venv/bin/python bench/footprint.py --image localhost/retry-sidecar:dev --out footprint-image   # the image's
+    .venv/bin/python bench/footprint.py --only http --load 0 --starts 7 --against OTHER/.venv --out footprint-start
 
 Configurations (issue 27), each a real ``sidecar run`` process, in front of real upstreams on 127.0.0.1
 (nginx for HTTP; the project's gRPC upstream and MongoDB test server):
@@ -24,7 +25,9 @@ load (wrk: 32 connections closed loop for ``--load`` seconds, then 10 connection
 requests/s) and ``VmHWM`` (peak RSS). Between starts, ``python -c pass`` is timed the same way (with
 ``podman run`` for an image): the floor any Python process pays here, in the same run. One more start per
 configuration with ``PYTHONPROFILEIMPORTTIME=1`` (not timed: it slows imports) lists the heavy packages the
-process imported and the import time up to ready, from the interpreter's own record.
+process imported, from the interpreter's own record. ``--against VENV`` then starts the http configuration
+of that other build (main's, in a venv of its own) and of this one alternately, ``--starts`` times each, and
+reports both medians and their ratio: the start-time comparison, made in one run.
 
 Needs nginx, wrk and redis-server (``apt-get install -y nginx wrk redis-server``), and podman for
 ``--image``. Writes ``bench/results/<--out>.json`` (the table in bench/README.md: ``run_all.py --table-only``).
