@@ -12,6 +12,7 @@ instructions being cheaper (compiled C over compact buffers, against Python obje
 Needs valgrind and nginx (``apt-get install -y valgrind nginx haproxy``); takes about a minute.
 
     .venv/bin/python bench/http_instructions.py [--requests 2000] [--admission] [--upstream static|static3|name3]
+        [--console off|idle|armed|watched]
 
 ``--admission`` gives the sidecar's listener a request rate limit it never reaches (admission, issue 12):
 the cost of the request gate on every request.
@@ -20,6 +21,14 @@ the cost of the request gate on every request.
 literals (nginx on 127.0.0.2, .3 and .4: the balancer's power of two choices among three); ``name3`` one name
 that a real DNS server (dnsmasq, from Debian's ``dnsmasq-base``) resolves to those three addresses, every
 address an endpoint, re-resolved every second while the requests run. HAProxy gets the same servers.
+
+``--console`` (issue 25) says what of the admin port's console runs: ``off`` (no admin port unless
+``--upstream`` needs one for ``/readyz``, as by default here), ``idle`` (the admin port on, the console's sampler ticking once a second, nobody looking: the tap is
+not recording), ``armed`` (the tap records every request: someone reads it), ``watched`` (armed, and also
+the instructions of one refresh of the page, and of one tapped request served to ``sidecar tap``: under
+valgrind the sidecar serves a hundred requests a second, so a reader polling by the clock would weigh on
+each request fifty times more than at full speed; these two are counted apart, and the cost at 1,000
+requests/s is worked out from them).
 """
 
 from __future__ import annotations
@@ -33,6 +42,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from common import free_port, wait_port
@@ -120,6 +132,65 @@ def get(port: int, n: int, connections: int) -> None:
         s.close()
 
 
+class Callgrind:
+    """A process under callgrind whose instructions are counted for one stretch of work at a time."""
+
+    def __init__(self, name: str, cmd: list[str], port: int, out: Path, start_timeout: float) -> None:
+        self.name = name
+        self.out = out
+        self.proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            wait_port(port, self.proc, timeout=start_timeout)  # under valgrind, start-up is slow
+        except BaseException:
+            stop(self.proc)
+            raise
+
+    def measure(self, work: Callable[[], None]) -> int:
+        """The instructions the process executed while ``work()`` ran."""
+        pid = str(self.proc.pid)
+        subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
+        work()
+        subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+        dumps = sorted(self.out.parent.glob(self.out.name + ".*"), key=lambda p: p.stat().st_mtime)
+        if not dumps:
+            raise RuntimeError(f"{self.name}: callgrind wrote no dump")
+        m = re.search(r"^summary: (\d+)$", dumps[-1].read_text(errors="replace"), re.M)
+        if m is None:
+            raise RuntimeError(f"{self.name}: no summary in {dumps[-1]}")
+        return int(m.group(1))
+
+    def close(self) -> None:
+        stop(self.proc)
+
+
+class Console:
+    """The console of the sidecar's admin port, read as the page and ``sidecar tap`` read it."""
+
+    def __init__(self, admin: int) -> None:
+        self.admin = admin
+        self.series = -1
+        self.tap = -1
+
+    def get(self, path: str) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}{path}", timeout=60) as r:
+            return json.loads(r.read())
+
+    def page(self) -> None:
+        """One refresh of the page: the sidecar's state, the new points, the newest 100 requests of the tap."""
+        self.get("/api/state")
+        self.series = self.get(f"/api/series?since={self.series}")["next"] - 1
+        self.tap = self.get(f"/api/tap?since={self.tap}&limit=100")["next"]
+
+    def keep_armed(self, done: threading.Event) -> None:
+        """A reader's request every 10 s keeps the tap recording (it stops 30 s after the last one)."""
+        while not done.wait(10.0):
+            self.get("/api/tap?limit=0")
+
+
 def count(
     name: str,
     cmd: list[str],
@@ -127,32 +198,52 @@ def count(
     out: Path,
     n: int,
     start_timeout: float = 120,
+    console: str = "off",
     admin: int | None = None,
-) -> float:
-    """Instructions per request of ``cmd`` (listening on ``port``) for ``n`` requests after a warm-up
-    (``admin``: wait for its ``/readyz`` first)."""
-    proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+) -> dict[str, float]:
+    """Instructions per request of ``cmd`` (listening on ``port``) for ``n`` requests after a warm-up; with the
+    console ``armed`` or ``watched``, also what reading it costs (``watched``: per page refresh, and per
+    tapped request served to ``sidecar tap``)."""
+    proc = Callgrind(name, cmd, port, out, start_timeout)
     try:
-        wait_port(port, proc, timeout=start_timeout)  # under valgrind, start-up is slow
         if admin is not None:
-            wait_ready(admin, proc, timeout=start_timeout)
+            wait_ready(admin, proc.proc, timeout=start_timeout)
+        reader = Console(admin) if admin is not None and console in ("armed", "watched") else None
+        if reader is not None:
+            reader.get("/api/tap?limit=0")
         get(port, 300, 8)  # warm up: connections, pools, caches
-        subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
-        get(port, n, 8)
-        subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+        done = threading.Event()
+        keeper = threading.Thread(target=reader.keep_armed, args=(done,), daemon=True) if reader else None
+        if keeper is not None:
+            keeper.start()
+        try:
+            result = {"request": proc.measure(lambda: get(port, n, 8)) / n}
+        finally:
+            done.set()
+        if reader is not None and console == "watched":
+            reader.page()  # the first refresh reads all it can; the measured ones read what a second brings
+            get(port, 100, 8)
+            pages = 10
+
+            def refreshes() -> None:
+                for _ in range(pages):
+                    get(port, 100, 8)  # what a second brings at 100 requests/s
+                    reader.page()
+
+            both = proc.measure(refreshes)
+            alone = proc.measure(lambda: [get(port, 100, 8) for _ in range(pages)])
+            result["page refresh"] = (both - alone) / pages
+            served = 0
+
+            def stream() -> None:
+                nonlocal served
+                for _ in range(5):
+                    served += len(reader.get("/api/tap?since=-1&limit=1000")["records"])
+
+            result["tapped request served"] = proc.measure(stream) / served
+        return result
     finally:
-        stop(proc)
-    dumps = sorted(out.parent.glob(out.name + ".*"))
-    if not dumps:
-        raise RuntimeError(f"{name}: callgrind wrote no dump")
-    m = re.search(r"^summary: (\d+)$", dumps[-1].read_text(errors="replace"), re.M)
-    if m is None:
-        raise RuntimeError(f"{name}: no summary in {dumps[-1]}")
-    return int(m.group(1)) / n
+        proc.close()
 
 
 def wait_on(host: str, port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:
@@ -186,6 +277,13 @@ def main() -> int:
         default="static",
         help="one IP literal, three, or a name resolving to three addresses (dnsmasq)",
     )
+    ap.add_argument(
+        "--console",
+        choices=("off", "idle", "armed", "watched"),
+        default="off",
+        help="off: no admin port; idle: the admin port and its console, nobody looking; armed: the tap "
+        "recording every request; watched: armed, and the cost of a page refresh and of a tapped request served",
+    )
     args = ap.parse_args()
     tools = ["valgrind", "callgrind_control", "nginx", "haproxy", "taskset"]
     if args.upstream == "name3":
@@ -211,6 +309,12 @@ def main() -> int:
             wait_on(hosts[0], up, nginx)
             if args.upstream == "static":
                 conf = sidecar_conf(tmp, sp, up)
+                if args.console != "off":
+                    admin = free_port()
+                    text = conf.read_text().replace(
+                        "admin: {listen: null}", f'admin: {{listen: "127.0.0.1:{admin}"}}'
+                    )
+                    conf.write_text(text)
             else:
                 admin = free_port()
                 nameserver = None
@@ -244,6 +348,7 @@ def main() -> int:
                     tmp / "s",
                     args.requests,
                     args.start_timeout,
+                    args.console,
                     admin,
                 ),
             }
@@ -253,12 +358,23 @@ def main() -> int:
                 stop(dns)
                 shutil.rmtree(server.hosts.parent, ignore_errors=True)
     print(f"upstream: {args.upstream}" + (" (admission)" if args.admission else ""))
-    for name, v in per.items():
-        print(f"{name:8} {v:9,.0f} user-space instructions per request")
+    haproxy, sidecar_ = per["haproxy"], per["sidecar"]
+    print(f"haproxy  {haproxy['request']:9,.0f} user-space instructions per request")
     print(
-        f"sidecar/HAProxy: {per['sidecar'] / per['haproxy']:.2f} (instructions, not time: HAProxy's run faster,"
-        " so compare the sidecar with itself across changes; http_overhead.py measures time)"
+        f"sidecar  {sidecar_['request']:9,.0f} user-space instructions per request (console: {args.console})"
     )
+    print(
+        f"sidecar/HAProxy: {sidecar_['request'] / haproxy['request']:.2f} (instructions, not time: HAProxy's run"
+        " faster, so compare the sidecar with itself across changes; http_overhead.py measures time)"
+    )
+    if "page refresh" in sidecar_:
+        page, served = sidecar_["page refresh"], sidecar_["tapped request served"]
+        print(f"console: {page:,.0f} instructions per page refresh (once a second while the page is open)")
+        print(f"console: {served:,.0f} instructions per tapped request served to sidecar tap (or the page)")
+        print(
+            "console: at 1,000 requests/s with the page open and sidecar tap given every request, a request costs"
+            f" {sidecar_['request'] + page / 1000 + served:,.0f} instructions"
+        )
     return 0
 
 

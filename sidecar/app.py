@@ -10,7 +10,8 @@ import logging
 import random
 import signal
 import socket
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,9 +20,10 @@ from prometheus_client import Counter
 from . import log_redaction, native, parts
 from .adapters import Listener, make_listener
 from .admin import AdminServer
+from .admin.console import Console
 from .config import Config, ConfigError, effective, load_file
 from .config.effective import redactor
-from .reload import ConfigWatcher, restart_reasons
+from .reload import ConfigWatcher, ReloadLog, restart_reasons
 from .services import Services
 from .telemetry import Telemetry
 from .upstream.target import split_host_port
@@ -56,6 +58,7 @@ class App:
             ["result"],
             registry=self.telemetry.metrics.registry,
         )
+        self.reload_log = ReloadLog(time.time())
         self._reload_lock = asyncio.Lock()
         self._retiring: set[asyncio.Task[None]] = set()  # removed listeners finishing their requests
         self.listeners: list[Listener] = [make_listener(lc, self.services) for lc in config.listeners]
@@ -63,6 +66,7 @@ class App:
         self.fleet: FleetLink | None = None if fleet_link is None else fleet_link(config, self.services)
         self.ready = False
         self.admin: AdminServer | None = None
+        self.console: Console | None = None  # the page at / on the admin port, its JSON and the tap
         if config.admin.listen is not None:
             self.admin = AdminServer(
                 config.admin.listen,
@@ -71,6 +75,8 @@ class App:
                 effective_config=effective(config),
                 live=self.live,
             )
+            self.console = Console(self)
+            self.console.install(self.admin)
 
     def is_ready(self) -> bool:
         """Started, not draining, every listener accepting (a gRPC one being rebuilt is not), and every
@@ -97,7 +103,7 @@ class App:
             except ConfigError as e:
                 for path, msg in e.errors:
                     log.error("config reload rejected: %s: %s", path or "(file)", msg)
-                self.reloads.labels("rejected").inc()
+                self._reloaded("rejected", [f"{path or '(file)'}: {msg}" for path, msg in e.errors])
                 return False
             return await self.update(new)
 
@@ -147,7 +153,7 @@ class App:
 
     def _refused(self, reason: str) -> bool:
         log.error("config reload rejected: %s", reason)
-        self.reloads.labels("rejected").inc()
+        self._reloaded("rejected", [reason])
         return False
 
     def _restore(self, touched: Services) -> None:
@@ -166,8 +172,9 @@ class App:
         removes a listener (that takes starting or stopping one: ``update``)."""
         changed = sorted({lc.name for lc in new.listeners} ^ {lst.name for lst in self.listeners})
         if changed:
-            log.error("config not applied: listeners %s added or removed (App.update does that)", changed)
-            self.reloads.labels("rejected").inc()
+            reason = f"listeners {', '.join(changed)} added or removed: App.update does that"
+            log.error("config not applied: %s", reason)
+            self._reloaded("rejected", [reason])
             return False
         verdict = self._verdict(new)
         if verdict != "go":
@@ -181,13 +188,13 @@ class App:
         """``go``: ``new`` may replace the live config; ``unchanged`` or ``rejected`` (counted and logged)."""
         if new == self.config:
             log.info("config reload: no change")
-            self.reloads.labels("unchanged").inc()
+            self._reloaded("unchanged")
             return "unchanged"
         reasons = restart_reasons(self.config, new)
         if reasons:
             for reason in reasons:
                 log.error("config reload rejected: %s", reason)
-            self.reloads.labels("rejected").inc()
+            self._reloaded("rejected", reasons)
             return "rejected"
         log_redaction.learn(redactor(new))  # before anything under the new config can log
         return "go"
@@ -202,8 +209,14 @@ class App:
         self.config = new
         if self.admin is not None:
             self.admin.show(effective(new))
-        self.reloads.labels("applied").inc()
+        if self.console is not None:
+            self.console.reconfigure(new)
+        self._reloaded("applied")
         log.info("config reloaded from %s", self.config_path)
+
+    def _reloaded(self, result: str, messages: Sequence[str] = ()) -> None:
+        self.reloads.labels(result).inc()
+        self.reload_log.record(time.time(), result, messages)
 
     async def start(self) -> None:
         """The admin port first (``/readyz`` answers 503 meanwhile), the listeners, then every upstream's names
@@ -212,6 +225,8 @@ class App:
         try:
             if self.admin is not None:
                 await self.admin.start()
+            if self.console is not None:
+                self.console.start()
             for lst in self.listeners:
                 await lst.start()
                 host, port = lst.address
@@ -236,6 +251,8 @@ class App:
             await asyncio.gather(*late, return_exceptions=True)
         if self.fleet is not None:
             await self.fleet.stop()
+        if self.console is not None:
+            self.console.stop()  # ends long polls of the tap, which the admin server would wait for
         await self.services.discovery.stop()
         if self.admin is not None:
             await self.admin.stop()
@@ -313,7 +330,9 @@ async def serve(config: Config, config_path: Path | None = None, watch_interval:
         if watch_interval > 0:
             watcher.start()
     if app.admin is not None:
-        log.info("admin on http://%s:%d (healthz, readyz, metrics, config)", *app.admin.address)
+        log.info(
+            "admin on http://%s:%d (the console at /, healthz, readyz, metrics, config)", *app.admin.address
+        )
     await stop.wait()
     if watcher is not None:
         # Draining: a reload now would reconfigure stopping listeners (and SIGHUP's default would kill us).

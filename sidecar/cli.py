@@ -1,4 +1,4 @@
-"""The ``sidecar`` command: run, check, simulate, version (and, from the protocol issues, demo)."""
+"""The ``sidecar`` command: run, check, demo, simulate, tap, top, version."""
 
 from __future__ import annotations
 
@@ -56,8 +56,14 @@ def demo(
     only: list[str] = typer.Option(None, "--only", help="Run only these parts: http, grpc, mongodb."),
     duration: float = typer.Option(10.0, help="Seconds of load per part."),
     rate: float = typer.Option(200.0, help="Requests per second offered by the demo's clients."),
+    admin: str = typer.Option(
+        None,
+        "--admin",
+        help="Serve the console here (host:port; default 127.0.0.1:9901, or a free port if taken).",
+    ),
 ) -> None:
-    """Show the sidecar at work: built-in faulty upstreams, the sidecar in front, real client load."""
+    """Show the sidecar at work: built-in faulty upstreams, the sidecar in front, real client load; its
+    console (the live page, sidecar tap, sidecar top) on the admin port while it runs."""
     from .demo import PARTS, load_part
     from .demo.runner import run_part
 
@@ -69,10 +75,19 @@ def demo(
         )
         raise typer.Exit(2)
     parts = [load_part(name) for name in names]
+    from .demo import console_address
+
+    listen = _admin(admin) if admin is not None else console_address()
+    host, _, port = listen.rpartition(":")
+    typer.echo(
+        f"The console: http://{host}:{port}/ (open it while the demo runs; each part's sidecar serves it in turn;"
+        f" longer: sidecar demo --duration 60)\n  in a terminal: sidecar tap --admin {listen}   |   sidecar top"
+        f" --admin {listen}"
+    )
 
     async def all_parts() -> None:
         for part in parts:
-            await run_part(part, duration, rate)
+            await run_part(part, duration, rate, admin=listen)
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -120,6 +135,49 @@ def simulate(
     code = simulate_main(scenario, engine, strategy, duration, plot, as_json, set_, table)
     if code:
         raise typer.Exit(code)
+
+
+AdminOption = typer.Option(
+    "127.0.0.1:9901",
+    "--admin",
+    help="The sidecar's admin port, host:port (kubectl port-forward brings it here).",
+)
+
+
+def _admin(value: str) -> str:
+    from .config.units import split_host_port
+
+    try:
+        split_host_port(value)
+    except ValueError as e:
+        typer.echo(f"--admin: {e}", err=True)
+        raise typer.Exit(2) from None
+    return value
+
+
+@app.command()
+def tap(
+    admin: str = AdminOption,
+    upstream: str = typer.Option(None, "--upstream", help="Only the requests to this upstream."),
+    listener: str = typer.Option(None, "--listener", help="Only the requests of this listener."),
+) -> None:
+    """A line per request as the sidecar handles it: route, attempts with their endpoints, outcomes, decisions
+    and waits, the result and the total time (the console's tap, read from the admin port)."""
+    from .admin.console_terminal import tap as run_tap
+
+    raise typer.Exit(run_tap(_admin(admin), upstream=upstream, listener=listener))
+
+
+@app.command()
+def top(
+    admin: str = AdminOption,
+    interval: float = typer.Option(1.0, help="Seconds between two screens."),
+) -> None:
+    """A table per upstream and endpoint, redrawn every second: requests/s, success, attempts per request,
+    retries by cause, p50/p99, each endpoint's state, load, concurrency and recent outcomes."""
+    from .admin.console_terminal import top as run_top
+
+    raise typer.Exit(run_top(_admin(admin), interval=max(0.1, interval)))
 
 
 @app.command()

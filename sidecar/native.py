@@ -64,6 +64,7 @@ SOURCES = (
     "sidecar/services.py",
     "sidecar/telemetry/metrics.py",
     "sidecar/telemetry/observer.py",
+    "sidecar/telemetry/tap.py",
     "sidecar/adapters/connections.py",
     "sidecar/adapters/replay.py",
     "sidecar/adapters/http/answer.py",

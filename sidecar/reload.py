@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,11 +90,31 @@ def restart_reasons(old: Config, new: Config) -> list[str]:
             reasons.append(
                 f"listeners.{name}.admission: its request rate is leased fleet-wide; changing it needs a restart"
             )
-    if old.admin != new.admin:
-        reasons.append("admin: changing the admin port needs a restart")
+    if old.admin.listen != new.admin.listen:
+        reasons.append("admin.listen: changing the admin port needs a restart")
     if old.telemetry != new.telemetry:
         reasons.append("telemetry: changing the trace exporter needs a restart")
     return reasons
+
+
+class ReloadLog:
+    """The config's history as the console shows it: the ``generation`` live (1 at start, one more for each
+    reload applied), when it was loaded (wall clock), and the last reload's result (``applied``,
+    ``unchanged``, ``rejected``) with its messages (the first :data:`MESSAGES`; path-named, secrets already
+    hidden as in the log)."""
+
+    MESSAGES = 20
+
+    def __init__(self, now: float) -> None:
+        self.generation = 1
+        self.loaded_at = now
+        self.last: tuple[float, str, tuple[str, ...]] | None = None
+
+    def record(self, now: float, result: str, messages: Sequence[str] = ()) -> None:
+        if result == "applied":
+            self.generation += 1
+            self.loaded_at = now
+        self.last = (now, result, tuple(messages[: self.MESSAGES]))
 
 
 def _profile(config: Config, name: str | None) -> Any:

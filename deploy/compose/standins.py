@@ -3,8 +3,11 @@
 
     python standins.py traces --port 4318          an OTLP/HTTP trace receiver that counts what it gets
     python standins.py scrape --target sidecar:9901  scrapes /metrics every second, as Prometheus would
+    python standins.py grafana --port 3000         reads Grafana's provisioning as Grafana would: the data
+                                                   sources, and the dashboards from each file provider's path
 
-Each answers ``GET /-/ready`` (200 once it has received traces / scraped once) and ``GET /stats`` (JSON).
+Each answers ``GET /-/ready`` (200 once it has received traces / scraped once / found a dashboard) and
+``GET /stats`` (JSON).
 """
 
 from __future__ import annotations
@@ -12,18 +15,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from pathlib import Path
 
 import aiohttp
+import yaml
 from aiohttp import web
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("role", choices=["traces", "scrape"])
+    p.add_argument("role", choices=["traces", "scrape", "grafana"])
     p.add_argument("--port", type=int, default=4318)
     p.add_argument("--target", default="sidecar:9901")
     args = p.parse_args()
-    stats = {"requests": 0, "bytes": 0, "scrapes": 0, "last_scrape": ""}
+    stats: dict[str, object] = {"requests": 0, "bytes": 0, "scrapes": 0, "last_scrape": ""}
+    if args.role == "grafana":
+        stats.update(provisioned(Path("/etc/grafana/provisioning")))
     app = web.Application()
 
     async def traces(request: web.Request) -> web.Response:
@@ -34,7 +41,10 @@ def main() -> None:
         return web.Response(body=b"", content_type="application/x-protobuf")
 
     async def ready(request: web.Request) -> web.Response:
-        ok = stats["scrapes"] > 0 if args.role == "scrape" else True
+        if args.role == "grafana":
+            ok = bool(stats["dashboards"])
+        else:
+            ok = stats["scrapes"] > 0 if args.role == "scrape" else True
         return web.Response(status=200 if ok else 503, text="ready\n" if ok else "not yet\n")
 
     async def show(request: web.Request) -> web.Response:
@@ -73,6 +83,22 @@ def main() -> None:
         port=args.port,
         print=lambda *_: print(f"{args.role} on :{args.port}", flush=True),
     )
+
+
+def provisioned(root: Path) -> dict[str, object]:
+    """What Grafana would load from its provisioning directory: the data sources' names and URLs, and each
+    dashboard (title, uid, panels) found under a file provider's path."""
+    sources, dashboards = [], []
+    for f in sorted((root / "datasources").glob("*.yaml")):
+        for ds in yaml.safe_load(f.read_text()).get("datasources", []):
+            sources.append({"name": ds["name"], "type": ds["type"], "url": ds.get("url")})
+    for f in sorted((root / "dashboards").glob("*.yaml")):
+        for provider in yaml.safe_load(f.read_text()).get("providers", []):
+            for d in sorted(Path(provider["options"]["path"]).glob("*.json")):
+                doc = json.loads(d.read_text())
+                panels = [p for p in doc.get("panels", []) if p.get("type") != "row"]
+                dashboards.append({"title": doc["title"], "uid": doc["uid"], "panels": len(panels)})
+    return {"datasources": sources, "dashboards": dashboards}
 
 
 if __name__ == "__main__":

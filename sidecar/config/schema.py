@@ -524,6 +524,9 @@ class ResolverConfig(Base):
 
 class AdminConfig(Base):
     listen: HostPort | None = "127.0.0.1:9901"
+    #: Who may use the console (the page at ``/``, ``/api/...``, ``sidecar tap`` and ``top``) besides loopback
+    #: clients: address ranges. ``/metrics``, ``/config`` and the probes answer everyone, as before.
+    console_allow: list[Cidr] = []
 
 
 class TracesConfig(Base):

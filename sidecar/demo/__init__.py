@@ -8,6 +8,7 @@ prints a table per second, then a summary.
 from __future__ import annotations
 
 import importlib
+import socket
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,3 +21,16 @@ _MODULES = {"http": "sidecar.demo.http", "grpc": "sidecar.demo.grpc", "mongodb":
 def load_part(name: str) -> DemoPart:
     """The part's ``PART`` object (each part's module is imported only when it runs)."""
     return importlib.import_module(_MODULES[name]).PART
+
+
+def console_address(preferred: int = 9901) -> str:
+    """Where the demo's sidecars serve their admin port, one part after another: ``127.0.0.1:9901`` (the
+    sidecar's own default) when it is free, else a free port."""
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return f"127.0.0.1:{s.getsockname()[1]}"
+    raise OSError("no free port on 127.0.0.1")

@@ -73,13 +73,13 @@ class GrpcPart:
     title = "orders with retries and an outage at 4-7 s (A6 throttling), hedged catalog, 40 ms deadlines"
 
     @asynccontextmanager
-    async def session(self) -> AsyncIterator[tuple[Send, CollectorRegistry]]:
+    async def session(self, admin: str | None = None) -> AsyncIterator[tuple[Send, CollectorRegistry]]:
         async with AsyncExitStack() as stack:
             replicas = [_Replica(seed) for seed in (3, 4, 5)]
             upstreams = [
                 await stack.enter_async_context(GrpcUpstream(r, keep_records=False)) for r in replicas
             ]
-            app = await stack.enter_async_context(App(load_dict(_config(upstreams), {})))
+            app = await stack.enter_async_context(App(load_dict(_config(upstreams, admin), {})))
             host, port = app.address("demo-grpc")
             channel = await stack.enter_async_context(grpc.aio.insecure_channel(f"{host}:{port}"))
             get_order = channel.unary_unary("/demo.Orders/Get")
@@ -109,9 +109,9 @@ async def _outage(replicas: list[_Replica]) -> None:
         r.fail_rate = 0.12
 
 
-def _config(upstreams: list[GrpcUpstream]) -> dict:
+def _config(upstreams: list[GrpcUpstream], admin: str | None = None) -> dict:
     return {
-        "admin": {"listen": None},
+        "admin": {"listen": admin},
         "upstreams": {"backend": {"endpoints": [u.endpoint for u in upstreams]}},
         "listeners": [
             {

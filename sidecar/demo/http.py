@@ -36,7 +36,7 @@ class HttpPart:
     title = "flaky orders (with an outage at 4-7 s), catalog with a slow tail (hedged), deadlines"
 
     @asynccontextmanager
-    async def session(self) -> AsyncIterator[tuple[Send, CollectorRegistry]]:
+    async def session(self, admin: str | None = None) -> AsyncIterator[tuple[Send, CollectorRegistry]]:
         async with AsyncExitStack() as stack:
             orders = await stack.enter_async_context(
                 FaultyUpstream(
@@ -57,7 +57,7 @@ class HttpPart:
                 )
                 for s in (4, 5)
             ]
-            app = await stack.enter_async_context(App(load_dict(_config(orders, catalog), {})))
+            app = await stack.enter_async_context(App(load_dict(_config(orders, catalog, admin), {})))
             http = await stack.enter_async_context(
                 aiohttp.ClientSession(
                     connector=aiohttp.TCPConnector(limit=200), timeout=aiohttp.ClientTimeout(total=10)
@@ -87,9 +87,9 @@ async def _outage(orders: FaultyUpstream) -> None:
     orders.fail_rate = 0.1
 
 
-def _config(orders: FaultyUpstream, catalog: list[FaultyUpstream]) -> dict:
+def _config(orders: FaultyUpstream, catalog: list[FaultyUpstream], admin: str | None = None) -> dict:
     return {
-        "admin": {"listen": None},
+        "admin": {"listen": admin},
         "upstreams": {
             "orders": {"endpoints": [orders.endpoint]},
             "catalog": {"endpoints": [c.endpoint for c in catalog]},

@@ -31,7 +31,7 @@ class MongoPart:
     title = "two routers shedding load (router A squeezed to 30/s at 4-7 s): backoff, retargeting, bucket"
 
     @asynccontextmanager
-    async def session(self) -> AsyncIterator[tuple[Send, CollectorRegistry]]:
+    async def session(self, admin: str | None = None) -> AsyncIterator[tuple[Send, CollectorRegistry]]:
         async with AsyncExitStack() as stack:
             a = await stack.enter_async_context(MongoTestServer("mongos", record=False))
             b = await stack.enter_async_context(MongoTestServer("mongos", storage=a.storage, record=False))
@@ -39,7 +39,7 @@ class MongoPart:
             for r in (a, b):
                 r.limit_rate(RATE)
             cfg = {
-                "admin": {"listen": None},
+                "admin": {"listen": admin},
                 "upstreams": {"routers": {"endpoints": [a.endpoint, b.endpoint]}},
                 "listeners": [
                     {"name": "demo", "protocol": "mongodb", "listen": "127.0.0.1:0", "upstream": "routers"}

@@ -24,8 +24,11 @@ class DemoPart(Protocol):
     name: str  # "http"
     title: str  # one line: what this part shows
 
-    def session(self) -> AbstractAsyncContextManager[tuple[Send, CollectorRegistry]]:
-        """Start upstreams and the sidecar; yield (send one request -> ok?, the sidecar's metrics registry)."""
+    def session(
+        self, admin: str | None = None
+    ) -> AbstractAsyncContextManager[tuple[Send, CollectorRegistry]]:
+        """Start upstreams and the sidecar (its admin port, and so its console, on ``admin``: ``host:port``, or
+        none); yield (send one request -> ok?, the sidecar's metrics registry)."""
         ...
 
 
@@ -90,11 +93,14 @@ HEADER = (
 )
 
 
-async def run_part(part: DemoPart, duration: float, rate: float, out: Callable[[str], None] = print) -> dict:
-    """Drive ``part`` for ``duration`` seconds at ``rate`` requests/s; print the table; return the summary."""
+async def run_part(
+    part: DemoPart, duration: float, rate: float, out: Callable[[str], None] = print, admin: str | None = None
+) -> dict:
+    """Drive ``part`` for ``duration`` seconds at ``rate`` requests/s; print the table; return the summary.
+    ``admin``: where the part's sidecar serves its admin port and console (``host:port``; none without)."""
     rng = random.Random(7)
     out(f"\n== {part.name}: {part.title}")
-    async with part.session() as (send, registry):
+    async with part.session(admin) as (send, registry):
         out(HEADER)
         total = Totals()
         second = Totals()

@@ -234,6 +234,18 @@ class Metrics:
         """Export a fleet member (``fleet.FleetMember``): Redis up, members seen, settle latency, shares."""
         self._fleet = member
 
+    # -- reading (the console's tables and charts read what /metrics exports) ---------------------------
+    def pairs(self) -> list[tuple[tuple[str, str], Meters]]:
+        """Every (listener, upstream) pair's numbers, sorted."""
+        return sorted(self._meters.items())
+
+    def listeners(self) -> dict[str, ListenerMeters]:
+        return dict(self._listeners)
+
+    def throttles(self) -> dict[tuple[str, str], Any]:
+        """Each upstream's retry budget buckets by (upstream, kind): their ``tokens`` and ``capacity``."""
+        return dict(self._buckets)
+
     def families(self) -> Iterator[Metric]:
         lu = ["listener", "upstream"]
         pairs = sorted(self._meters.items())

@@ -5,6 +5,8 @@ reports attempts, decisions and the finish to it; the adapter adds protocol attr
 the response is complete. One request span (kind SERVER), one child span per attempt (kind CLIENT), named
 and attributed after the OpenTelemetry semantic conventions of the protocol; ``sidecar.*`` attributes carry
 the engine's view (attempt, endpoint, outcome class, decision reason, backoff, hedge, deadline remaining).
+While the console's tap is armed (``Telemetry.tap``), each observer also fills the request's ``TapRecord``
+(``tap.py``); unarmed, that costs one ``None`` test per hook.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ..policy import CancelAttempt, Decision, Finish, Outcome, OutcomeClass, Rea
 from ..policy.reasons import GIVE_UPS
 from ..runtime import CallObserver
 from .metrics import Meters, Metrics
+from .tap import Tap, TapRecord
 
 _EMPTY: Final[Mapping[str, str]] = {}
 # Enum members as Final aliases, every one the code reads (the convention: sidecar/native.py).
@@ -51,6 +54,8 @@ class Telemetry:
         self.tracer: Any = None
         if span_exporter is not None or parts.traced(self.cfg):
             self.tracer = parts.load("tracing")(self.cfg, span_exporter)
+        #: The console's tap while someone reads it (``None``: nobody does, and requests are not recorded).
+        self.tap: Tap | None = None
 
     def request(
         self,
@@ -90,6 +95,7 @@ class RequestObserver(CallObserver):
         "ended",
         "reason",
         "listener",
+        "tap",
     )
 
     def __init__(
@@ -116,6 +122,10 @@ class RequestObserver(CallObserver):
         self.attempt_spans: dict[int, Any] | None = None  # only a traced request keeps attempt spans
         self.attempt_attrs: Mapping[str, Any] = attributes or _EMPTY
         self.attempt_name = attempt_name or name
+        tap = t.tap
+        self.tap: TapRecord | None = (
+            None if tap is None else tap.record(listener, upstream, protocol, name, attributes, self.started)
+        )
         self.span = None
         if t.tracer is not None:
             self.attempt_spans = {}
@@ -128,6 +138,9 @@ class RequestObserver(CallObserver):
     def set_attribute(self, key: str, value: Any) -> None:
         if self.span is not None:
             self.span.set_attribute(key, value)
+        rec = self.tap
+        if rec is not None and (key == "http.response.status_code" or key == "rpc.grpc.status_code"):
+            rec.status_answered(str(value))
 
     def set_attempt_attribute(self, attempt: int, key: str, value: Any) -> None:
         if not self.attempt_spans:
@@ -138,6 +151,9 @@ class RequestObserver(CallObserver):
 
     def deadline_received(self, timeout_s: float) -> None:
         self.meters.listener.deadline_received += 1
+        rec = self.tap
+        if rec is not None:
+            rec.deadline_received(timeout_s)
         if self.span is not None:
             self.span.set_attribute("deadline_received_ms", int(timeout_s * 1000))
 
@@ -150,6 +166,9 @@ class RequestObserver(CallObserver):
     def refused(self, refusal: Refusal) -> None:
         """Admission refused the request (the adapter answers it, then calls :meth:`end` with the error):
         its span carries the limiter, the reason and when to come back."""
+        rec = self.tap
+        if rec is not None:
+            rec.refused(f"admission-{refusal.limiter.value}")
         span = self.span
         if span is not None:
             for key, value in refusal.attributes().items():
@@ -162,7 +181,11 @@ class RequestObserver(CallObserver):
             return
         self.ended = True
         self.meters.listener.inflight -= 1
-        self.meters.duration.observe(_perf_counter() - self.started)
+        took = _perf_counter() - self.started
+        self.meters.duration.observe(took)
+        rec = self.tap
+        if rec is not None:
+            rec.end(took, error)
         if self.span is not None:
             if self.attempt_spans:
                 for span in self.attempt_spans.values():
@@ -188,6 +211,9 @@ class RequestObserver(CallObserver):
     def attempt_started(self, cmd: SendAttempt) -> Mapping[str, str]:
         if cmd.hedge:
             self.meters.hedges += 1
+        rec = self.tap
+        if rec is not None:
+            rec.attempt_started(cmd)
         tracer = self.t.tracer
         spans = self.attempt_spans
         if tracer is None or self.span is None or spans is None:
@@ -213,6 +239,9 @@ class RequestObserver(CallObserver):
 
     def attempt_ended(self, attempt: int, outcome: Outcome) -> None:
         self.meters.attempt(outcome.cls)
+        rec = self.tap
+        if rec is not None:
+            rec.attempt_ended(attempt, outcome)
         span = self.attempt_spans.get(attempt) if self.attempt_spans else None
         if span is not None:
             span.set_attribute("sidecar.outcome", outcome.cls.value)
@@ -231,6 +260,9 @@ class RequestObserver(CallObserver):
             self.meters.attempt(_TIMEOUT)  # its Decision follows
         else:
             self.meters.attempt("cancelled")
+        rec = self.tap
+        if rec is not None:
+            rec.attempt_cancelled(cmd)
         spans = self.attempt_spans
         span = spans.get(cmd.attempt) if spans else None
         if spans is None or span is None:
@@ -247,6 +279,9 @@ class RequestObserver(CallObserver):
         if d.reason is _RETRY or d.reason is _TRANSPARENT_RETRY:
             self.meters.retry(d.outcome)
         self.last_delay = d.delay
+        rec = self.tap
+        if rec is not None:
+            rec.decision(d)
         if self.attempt_spans:
             span = self.attempt_spans.pop(d.attempt, None)
             if span is None:
@@ -267,6 +302,9 @@ class RequestObserver(CallObserver):
             m.throttled += 1
         elif reason is _DEADLINE:
             m.deadline_expired += 1
+        rec = self.tap
+        if rec is not None:
+            rec.finished(f)
         if self.span is not None:
             self.span.set_attribute("sidecar.attempts", f.attempts)
             self.span.set_attribute("sidecar.decision.reason", reason.value)

@@ -131,6 +131,11 @@ class Balancer(EndpointPicker):
         ejected = self.outliers.ejected if self.outliers is not None else {}
         return any(e != endpoint and e not in ejected for e in pool)
 
+    def cooldown_until(self, endpoint: str) -> float:
+        """When ``endpoint``'s overload cooldown ends, on the loop's clock (read by the console); it may have
+        passed already (0.0 when none was ever set)."""
+        return self._penalized_until.get(endpoint, 0.0)
+
     def penalized(self, endpoint: str, now: float) -> bool:
         until = self._penalized_until.get(endpoint)
         if until is None:

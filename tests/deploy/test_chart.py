@@ -71,9 +71,9 @@ def test_the_rendered_config_passes_sidecar_check(values_file: Path | None, tmp_
         [sys.executable, "-m", "sidecar", "check", "-c", str(cfg)], capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 0, r.stderr
-    assert (
-        "admin: {listen: '0.0.0.0:9901'}" in r.stdout
-    )  # the admin port on the pod's address, for probes and scrapes
+    admin = yaml.safe_load(r.stdout)["admin"]
+    assert admin["listen"] == "0.0.0.0:9901"  # the admin port on the pod's address, for probes and scrapes
+    assert admin["console_allow"] == []  # the console for loopback (kubectl port-forward) only
 
 
 @pytest.mark.parametrize("values_file", VALUES_FILES, ids=[p.stem for p in VALUES_FILES])
@@ -218,3 +218,36 @@ def test_an_app_chart_adds_the_sidecar_with_the_named_templates(tmp_path: Path) 
     cm = the("ConfigMap", objs)  # rendered by the dependency, with the parent's values for it
     assert spec["volumes"][0]["configMap"]["name"] == cm["metadata"]["name"]
     assert "0.0.0.0:9911" in cm["data"]["config.yaml"]
+
+
+def test_the_grafana_dashboard_is_rendered_only_when_asked_with_the_label_grafana_watches() -> None:
+    def dashboards(values: dict[str, Any] | None) -> list[dict[str, Any]]:
+        return [o for o in objects(render(values)) if o["metadata"]["name"].endswith("-dashboard")]
+
+    assert dashboards(None) == []
+    values = {"example": {"enabled": True}, "grafanaDashboard": {"enabled": True}}
+    r = kubernetes_validate(render(values))
+    assert r.returncode == 0, r.stdout + r.stderr
+    (cm,) = dashboards(values)
+    assert cm["kind"] == "ConfigMap" and cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads((CHART / "dashboards" / "retry-sidecar.json").read_text())
+    assert (
+        json.loads(cm["data"]["retry-sidecar.json"]) == shipped
+    )  # the file, whole (tests/integration/console)
+    (cm,) = dashboards(
+        {
+            "grafanaDashboard": {
+                "enabled": True,
+                "label": "dashboards",
+                "labelValue": "sre",
+                "namespace": "monitoring",
+            }
+        }
+    )
+    assert cm["metadata"]["labels"]["dashboards"] == "sre" and cm["metadata"]["namespace"] == "monitoring"
+
+
+def test_console_allow_reaches_the_sidecar_s_config() -> None:
+    values = {"consoleAllow": ["10.0.0.0/8"]}
+    config = load_text(sidecar_config(objects(render(values))), {})
+    assert config.admin.console_allow == ["10.0.0.0/8"] and config.admin.listen == "0.0.0.0:9901"

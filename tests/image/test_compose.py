@@ -1,7 +1,7 @@
 """deploy/compose brought up with podman-compose and compose.test.yaml (local stand-ins for the images CI
 cannot pull), the image built by `make image-test`: the app's pymongo load reaches the MongoDB stand-in through
-the sidecar on 127.0.0.1, a pymongo client of ours in the app's container does too, traces reach the collector's stand-in and the
-scraper sees the sidecar's request counters."""
+the sidecar on 127.0.0.1, a pymongo client of ours in the app's container does too, traces reach the collector's stand-in, the
+scraper sees the sidecar's request counters, and Grafana's stand-in finds the provisioned data source and dashboard."""
 
 from __future__ import annotations
 
@@ -75,3 +75,9 @@ async def test_the_compose_stack_serves_pymongo_through_the_sidecar(stack: objec
         pytest.fail("no traces reached the collector's stand-in")
     scraped = stats(f"{PROJECT}_prometheus_1", 9090)
     assert 'listener="db",reason="success"' in str(scraped["last_scrape"]), scraped
+    # Grafana's provisioning, as mounted: the Prometheus data source and the chart's dashboard
+    grafana = stats(f"{PROJECT}_grafana_1", 3000)
+    assert grafana["datasources"] == [
+        {"name": "Prometheus", "type": "prometheus", "url": "http://prometheus:9090"}
+    ]
+    assert [(d["uid"], d["panels"] > 20) for d in grafana["dashboards"]] == [("retry-sidecar", True)], grafana

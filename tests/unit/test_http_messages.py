@@ -165,16 +165,31 @@ def test_replay_buffer_replays_to_a_later_attempt() -> None:
     assert second.data == b"abcdefg" and second.ended and body.replayable
 
 
+class Owner:
+    """A body's owner (``replay.BodyOwner``): what it was told."""
+
+    def __init__(self) -> None:
+        self.told: list[str] = []
+
+    def body_attached(self) -> None:
+        self.told.append("attached")
+
+    def body_overflowed(self) -> None:
+        self.told.append("overflowed")
+
+    def body_complete(self) -> None:
+        self.told.append("complete")
+
+
 def test_replay_buffer_overflow_is_reported_once_and_the_body_let_go() -> None:
     body = RequestBody(None, 4, Control(), PLENTY)
-    overflows = []
-    body.on_overflow = lambda: overflows.append(1)
+    owner = body.owner = Owner()
     sink = Sink()
     body.attach(sink)
     body.feed(b"abc")
     body.feed(b"de")
     body.feed(b"f")
-    assert overflows == [1] and not body.replayable and body.kept.pieces == []
+    assert owner.told == ["attached", "overflowed"] and not body.replayable and body.kept.pieces == []
     assert sink.data == b"abcdef"
     try:
         body.attach(Sink())

@@ -10,10 +10,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/version: {{ .Values.image.tag | quote }}
 {{- end -}}
 
-{{/* The sidecar's config as YAML: values.config with the admin port bound on the pod's address. */}}
+{{/* The sidecar's config as YAML: values.config with the admin port bound on the pod's address, and who
+besides loopback clients may use its console (consoleAllow). */}}
 {{- define "retry-sidecar.configYaml" -}}
 {{- $cfg := deepCopy .Values.config -}}
-{{- $_ := set $cfg "admin" (dict "listen" (printf "0.0.0.0:%d" (int .Values.adminPort))) -}}
+{{- $_ := set $cfg "admin" (dict "listen" (printf "0.0.0.0:%d" (int .Values.adminPort)) "console_allow" (.Values.consoleAllow | default list)) -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 

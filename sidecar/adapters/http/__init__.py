@@ -8,7 +8,7 @@ server.py      the listener: accept, drain, sweep (+ connection.py: one client c
 request.py     one request: what was read (IncomingRequest), its route and setup, the engine driven, answered
 attempt.py     one attempt: take a pooled connection, send, hand the response head to classify, report
 classify.py    a response head or a transport failure -> the engine's outcome class (pure)
-answer.py      the sidecar's own answers, one per way a request can end (pure)
+answer.py      the sidecar's own answers, one per way a request can end or be refused (pure)
 upstream.py    connections to the endpoints, the responses they read, and their pools
 
 What HTTP needs besides:

@@ -20,10 +20,12 @@ any other, nobody answered:
   anything else                    502, naming the reason
 =================================  ==============================================================
 
-Requests refused before any attempt get 400 (malformed), 403 (absolute-form to an unknown host), 405
-(``CONNECT``), 408 (head not received within ``idle_timeout``), 431 (head larger than
-``max_header_size``), 503 (the sidecar is shutting down); each with a short text body naming the cause.
-A request whose body stops arriving for ``request_body_timeout`` gets 408 too, its attempts abandoned.
+Requests the sidecar will not forward (the functions under "Refusals" below: every such status is chosen
+here, the connection and the request only write what they are given) get 400 (malformed), 403
+(absolute-form to an unknown host or another scheme), 405 (``CONNECT``), 408 (head not received within
+``header_timeout`` or ``idle_timeout``), 431 (head larger than ``max_header_size``); each with a short text
+body naming the cause. A request whose body stops arriving for ``request_body_timeout`` gets 408 too, and
+one whose body breaks its framing 400, its attempts abandoned.
 
 A request admission refuses (:func:`refused`, issue 12) gets 429 when the listener's request rate refused it
 and 503 when an endpoint's concurrency did (its ticket queue is full, or the wait is too long); both with
@@ -99,6 +101,61 @@ def refused(refusal: Refusal) -> Answer:
     return Answer(status, f"retry-sidecar: {refusal.message}\n".encode(), tuple(headers))
 
 
+# -- Refusals: requests the sidecar will not forward ---------------------------------------------------
+def malformed(detail: object) -> Answer:
+    """The parser could not read the request (its message names why)."""
+    return text(400, f"malformed request: {detail}")
+
+
+def unreadable() -> Answer:
+    """Reading the request failed inside the sidecar (logged): nothing of it is forwarded."""
+    return text(400, "bad request")
+
+
+def bad_head(detail: str) -> Answer:
+    """The head cannot be forwarded as it is: a broken Host, a framing that contradicts itself."""
+    return text(400, detail)
+
+
+def not_chunked(transfer_encoding: str) -> Answer:
+    """RFC 9112 6.3: a Transfer-Encoding that does not end in chunked leaves the body's end unknown."""
+    return text(400, f"Transfer-Encoding must end in chunked, not {transfer_encoding!r}")
+
+
+def malformed_target() -> Answer:
+    return text(400, "malformed request target")
+
+
+def not_http_target() -> Answer:
+    """An absolute-form target whose scheme is not http (the sidecar forwards plain HTTP requests)."""
+    return text(403, "only http:// targets can be proxied")
+
+
+def not_proxied(host: str, port: int) -> Answer:
+    """An absolute-form target that is no upstream of this listener: the sidecar is not an open proxy."""
+    return text(403, f"no upstream named or reached at {host}:{port}: the sidecar is not an open proxy")
+
+
+def connect_method() -> Answer:
+    return text(405, "CONNECT tunnels are not supported")
+
+
+def head_timeout(seconds: float) -> Answer:
+    return text(408, f"request head not received within header_timeout ({seconds:g}s)")
+
+
+def head_idle(seconds: float) -> Answer:
+    return text(408, f"request head not received within idle_timeout ({seconds:g}s)")
+
+
+def head_too_large(limit: int) -> Answer:
+    return text(431, f"request head larger than max_header_size ({limit} bytes)")
+
+
+def body_stalled(seconds: float) -> Answer:
+    return text(408, f"request body stalled for request_body_timeout ({seconds:g}s)")
+
+
 def _sf_string(value: str) -> bytes:
     """``value`` as a structured-field String (RFC 8941 3.3.3): printable ASCII, quoted, ``"`` and ``\\``
     escaped; any other character becomes ``?``."""
@@ -115,6 +172,11 @@ def _sf_string(value: str) -> bytes:
 
 def text(status: int, message: str) -> Answer:
     return Answer(status, f"retry-sidecar: {message}\n".encode())
+
+
+def message(answer: Answer) -> str:
+    """What ``answer`` says, without the sidecar's prefix (a span's status message)."""
+    return answer.body.decode().strip().removeprefix("retry-sidecar: ")
 
 
 def encode(answer: Answer, keep_alive: bool, head_only: bool = False) -> bytes:

@@ -112,11 +112,9 @@ class Attempter(CallbackAttempter):
         self.exchange: Exchange | None = None
         self.more_exchanges: dict[int, Exchange] | None = None
         self.tasks: dict[int, asyncio.Task[None]] | None = None  # attempts waiting for a connection
-        if body is not None:
-            body.on_overflow = self.body_overflowed
 
     def body_overflowed(self) -> None:
-        """The body outgrew the replay buffer: this attempt is the last."""
+        """The body outgrew the replay buffer (its owner, the request, says so): this attempt is the last."""
         self.overflowed = True
         self.obs.buffer_exceeded()
         if self.ctx is not None:
@@ -174,7 +172,7 @@ class Attempter(CallbackAttempter):
             ctx.done(AttemptResult(connect_failure(e.detail)))
             return
         if not self._task_over(n):  # cancelled just as the connection came
-            pool.release(conn)
+            conn.release()
             return
         self._send(conn, cmd, ctx, pool, reused and not fresh, expires)
 
@@ -197,7 +195,7 @@ class Attempter(CallbackAttempter):
         if expires != INF:
             ms = timeout_ms(expires - (self.loop.time() if now is None else now))
             if ms <= 0:
-                pool.release(conn)
+                conn.release()
                 ctx.done(NO_TIME_LEFT)
                 return
             lines.append(self.plan.deadline_prefix)

@@ -3,9 +3,12 @@
 Requests are answered one after another, in order (pipelined requests wait their turn, their bodies held
 back by flow control). A request's handling starts once the packet that carried its head has been parsed
 whole (so a small body is already there to go upstream in the same write) and runs in callbacks: there is
-no task per connection or per request. The connection is also the :class:`~.upstream.Pipe` through which a
-delivered upstream body reaches the client, with the client's flow control reaching back to the upstream
-socket.
+no task per connection or per request. The request being answered (``request.Forwarding``) owns what it
+writes; the connection passes the client's flow control on to it.
+
+Two states, each changed only here: ``State``, where the connection is in answering, and ``Reading``, where
+the client is in sending (h11 keeps the two sides apart the same way). Every refusal's status and text is
+chosen by ``answer.py``.
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ from mypy_extensions import mypyc_attr
 
 from ...buffer_budget import BufferBudget
 from ..transitions import InvalidTransition
+from . import answer as answers
 from . import methods
-from .answer import encode, text
+from .answer import Answer, encode
 from .headers import NOT_CHUNKED, STRIDE, UNSTATED, VALUE, add_header, body_framing
 from .replay import RequestBody
 from .request import ClientConnection, Forwarder, Forwarding, IncomingRequest, refused
-from .upstream import UpstreamResponse
 
 log: Final = logging.getLogger("sidecar.http")
 
@@ -36,12 +39,11 @@ CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class _Refused(Exception):
-    """Raised in a parser callback: answer ``status`` with ``message`` before anything goes upstream."""
+    """Raised in a parser callback: give ``answer`` before anything goes upstream."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(answer.status)
+        self.answer = answer
 
 
 class State(IntEnum):
@@ -76,6 +78,24 @@ _CLOSED: Final = 4
 assert tuple(State) == (_IDLE, _BUSY, _LAST, _CLOSING, _CLOSED)
 
 
+class Reading(IntEnum):
+    """Where the client is in sending (``ServerConnection.reading``; only the connection changes it)::
+
+    HEAD ──headers complete──► BODY ──message complete──► HEAD
+      └──────────────── the client's EOF (from either) ──────────► DONE
+    """
+
+    HEAD = 0  # between requests, or in a request's head
+    BODY = 1  # the head is parsed: the body (or its trailers) is being read
+    DONE = 2  # the client half-closed: what it completed is answered, then the connection closes
+
+
+_HEAD: Final = 0
+_BODY: Final = 1
+_DONE: Final = 2
+assert tuple(Reading) == (_HEAD, _BODY, _DONE)
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class ConnectionOwner:
     """What a client connection needs of its listener (``server.HttpListener``)."""
@@ -108,19 +128,15 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         "current",
         "queue",
         "state",
+        "reading",
         "active",
         "in_next",
         "client_ip",
         "client_host",
         "read_paused_by",
-        "streaming",
-        "stream_chunked",
-        "stream_owner",
         "write_paused",
         "last_activity",
-        "in_body",
         "max_header_size",
-        "eof",
         "at_boundary",
         "held",
         "ext_method",
@@ -135,18 +151,14 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         self.current: IncomingRequest | None = None  # being parsed
         self.queue: deque[IncomingRequest] = deque()  # parsed, waiting to be (or being) answered
         self.state: int = _IDLE  # changed only through the transitions below
+        self.reading: int = _HEAD  # likewise
         self.active: Forwarding | None = None  # the request being answered (queue[0])
         self.in_next = False
         self.client_ip = b""  # for X-Forwarded-For, encoded once per connection
         self.client_host = ""  # the same, as the door's exemptions read it
         self.read_paused_by: set[str] = set()
-        self.streaming: UpstreamResponse | None = None
-        self.stream_chunked = False
-        self.stream_owner: Forwarding | None = None
         self.write_paused = False
         self.last_activity = self.loop.time()
-        self.in_body = False
-        self.eof = False  # the client half-closed: answer what it sent, then close
         self.at_boundary = True  # the parser was fed from a request's first byte (methods.py)
         self.held = b""  # the start of an extension method, until its end arrives
         self.ext_method = b""  # the client's method, when the parser was given a stand-in
@@ -192,6 +204,24 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         elif state == _IDLE:
             self.state = _CLOSING
 
+    def _lost(self) -> None:
+        """The transport is gone (from any state)."""
+        self.state = _CLOSED
+
+    def _head_parsed(self) -> None:
+        if self.reading != _HEAD:
+            raise InvalidTransition("client connection", Reading(self.reading).name.lower(), "head parsed")
+        self.reading = _BODY
+
+    def _message_over(self) -> None:
+        """A request's last byte was parsed (or a new one begins): the next is a head."""
+        if self.reading == _BODY:
+            self.reading = _HEAD
+
+    def _client_done(self) -> None:
+        """The client's EOF: it sends nothing more."""
+        self.reading = _DONE
+
     # -- asyncio.Protocol ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -222,18 +252,18 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
                     if data:
                         continue
                 else:
-                    self._refuse(400, f"malformed request: {e}")
+                    self._refuse(answers.malformed(e))
             except httptools.HttpParserUpgrade as e:
                 self._upgrade(data[e.args[0] :] if e.args else b"")
             except httptools.HttpParserCallbackError as e:
                 refusal = e.__context__
                 if isinstance(refusal, _Refused):
-                    self._refuse(refusal.status, refusal.message)
+                    self._refuse(refusal.answer)
                 else:
                     log.exception("HTTP request parsing failed in a callback")
-                    self._refuse(400, "bad request")
+                    self._refuse(answers.unreadable())
             except httptools.HttpParserError as e:
-                self._refuse(400, f"malformed request: {e}")
+                self._refuse(answers.malformed(e))
             break
         if self.queue and (self.state == _IDLE or self.state == _CLOSING):
             self._next()
@@ -262,7 +292,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         answered, in order, then the connection closes (as HAProxy does without ``abortonclose``). A
         request cut short (head or body incomplete) can never be answered: the connection is dropped. A
         client gone altogether is seen when an answer cannot be written to it."""
-        self.eof = True
+        self._client_done()
         queue = self.queue
         if self.current is not None or (queue and not queue[-1].body_complete):
             self.drop()
@@ -273,10 +303,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         return True  # keep the sending side open for the answers
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.state = _CLOSED  # from any state
+        self._lost()
         self.listener.connection_closed(self)
         active, self.active = self.active, None
-        self.streaming = self.stream_owner = None
         if active is not None:
             active.client_gone()
         for req in self.queue:  # the active one's too: it is queue[0]
@@ -288,18 +317,18 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
 
     def pause_writing(self) -> None:
         self.write_paused = True
-        if self.streaming is not None:
-            self.streaming.pause_upstream()
+        if self.active is not None:
+            self.active.client_paused()
 
     def resume_writing(self) -> None:
         self.write_paused = False
-        if self.streaming is not None:
-            self.streaming.resume_upstream()
+        if self.active is not None:
+            self.active.client_resumed()
 
     # -- httptools callbacks ---------------------------------------------------------------------------
     def on_message_begin(self) -> None:
         self.current = IncomingRequest(self.last_activity)  # the loop time data_received just read
-        self.in_body = False
+        self._message_over()
 
     def on_url(self, url: bytes) -> None:
         req = self.current
@@ -312,7 +341,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def on_header(self, name: bytes, value: bytes) -> None:
         req = self.current
         assert req is not None
-        if self.in_body:
+        if self.reading == _BODY:
             return  # trailers: not forwarded
         add_header(req.headers, name, value)
         req.head_size += len(name) + len(value) + 4
@@ -320,7 +349,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             raise self._head_too_large()
 
     def _head_too_large(self) -> _Refused:
-        return _Refused(431, f"request head larger than max_header_size ({self.max_header_size} bytes)")
+        return _Refused(answers.head_too_large(self.max_header_size))
 
     def on_headers_complete(self) -> None:
         req = self.current
@@ -340,7 +369,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
                 for i in range(0, len(headers), STRIDE)
                 if headers[i] == b"transfer-encoding"
             )
-            raise _Refused(400, f"Transfer-Encoding must end in chunked, not {te.decode('latin-1')!r}")
+            raise _Refused(answers.not_chunked(te.decode("latin-1")))
         length: int | None = framing if framing >= 0 else 0 if framing == UNSTATED else None  # None: chunked
         req.zero_length = framing == 0  # RFC 9112 6.3: kept, some servers (nginx) want a length
         expect = False
@@ -355,10 +384,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         # otherwise is the version asked for (httptools formats a new string for it each time).
         req.version = "1.1" if keep_alive and not connection else p.get_http_version()
         if length != 0:
-            body = req.body = RequestBody(length, self.listener.replay_limit, self, self.listener.buffers)
-            if expect and req.version == "1.1":
-                body.on_first_attach = self.send_continue
-        self.in_body = True
+            req.body = RequestBody(length, self.listener.replay_limit, self, self.listener.buffers)
+            req.expect_continue = expect and req.version == "1.1"
+        self._head_parsed()
         self._enqueue(req)
         if len(self.queue) > PIPELINE_DEPTH:
             self.pause_for("pipeline")
@@ -371,13 +399,13 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
     def on_message_complete(self) -> None:
         req = self.current
         self.current = None
-        self.in_body = False
+        self._message_over()
         if req is not None and req.body is not None:
             req.body.end()
 
     # -- errors in the client's bytes ------------------------------------------------------------------
-    def _refuse(self, status: int, message: str) -> None:
-        """Answer ``status`` after what is queued, then close; read nothing more. Nothing of the refused
+    def _refuse(self, answer: Answer) -> None:
+        """Give ``answer`` after what is queued, then close; read nothing more. Nothing of the refused
         request completes upstream: if its head was fine and its body broke (a malformed chunk header, a
         Content-Length trailer) the parser stopped before the body's end."""
         req = self.current
@@ -387,7 +415,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         if req is not None and req in self.queue:
             active = self.active
             if active is not None and active.req is req:  # forwarding began: its attempts end, it answers
-                if not active.refuse_body(status, message):
+                if not active.refuse_body(answer):
                     self.drop()  # its answer is already on its way: nothing sane can follow
                 return
             if req is not self.queue[0] or not self.busy:  # queued, not begun: refused in its place
@@ -397,8 +425,8 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             else:
                 self.drop()
                 return
-        self.listener.refused(status)
-        self._enqueue(refused(self.loop.time(), status, message))
+        self.listener.refused(answer.status)
+        self._enqueue(refused(self.loop.time(), answer))
         if not self.busy:
             self._next()
 
@@ -406,9 +434,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         req = self.queue[-1] if self.queue else None
         if req is None or req.method == b"CONNECT":
             if req is not None:
-                req.refusal = (405, "CONNECT tunnels are not supported")
+                req.refusal = answers.connect_method()
                 req.keep_alive = False
-                self.listener.refused(405)
+                self.listener.refused(req.refusal.status)
             self._close_after_queue()
             self.pause_for("refused")
             return
@@ -467,8 +495,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
                 req = queue[0]
                 self._start()
                 if req.refusal is not None:
-                    status, message = req.refusal
-                    self.write(encode(text(status, message), keep_alive=False))
+                    self.write(encode(req.refusal, keep_alive=False))
                     self.close()
                     break
                 try:
@@ -477,7 +504,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
                     log.exception("answering a request failed")
                     self.abort_request(req)
                     break
-            if not queue and (self.eof or self.state > _BUSY) and self.state != _CLOSED:
+            if not queue and (self.reading == _DONE or self.state > _BUSY) and self.state != _CLOSED:
                 self.close()
         finally:
             self.in_next = False
@@ -520,9 +547,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         """The listener's periodic look: a head not complete within header_timeout, a stalled request body,
         an idle connection past its time, an upstream response that stopped coming."""
         current = self.current
-        if current is not None and not self.in_body and now - current.began > header_timeout:
+        if current is not None and self.reading != _BODY and now - current.began > header_timeout:
             # counted from the head's first byte: bytes trickling in do not extend it (the idle timer)
-            self._refuse(408, f"request head not received within header_timeout ({header_timeout:g}s)")
+            self._refuse(answers.head_timeout(header_timeout))
             return
         idle = now - self.last_activity
         active = self.active
@@ -534,7 +561,7 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
             idle > body_timeout
             and active is not None
             and (not paused or (len(paused) == 1 and "budget" in paused))
-            and self.streaming is None
+            and not active.streaming
         ):
             body = active.req.body
             if body is not None and not body.complete:
@@ -545,9 +572,9 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         if not self.busy and self.current is None:
             self.close()  # idle keep-alive connection
         elif self.current is not None and self.current not in self.queue and not self.busy:
-            self._refuse(408, f"request head not received within idle_timeout ({idle_timeout:g}s)")
-        elif self.streaming is not None:
-            self.streaming.failed("no data from the upstream within idle_timeout")
+            self._refuse(answers.head_idle(idle_timeout))
+        elif active is not None and active.streaming:
+            active.upstream_silent("no data from the upstream within idle_timeout")
 
     def keep_alive_after(self, req: IncomingRequest) -> bool:
         """May this connection carry another request after ``req``'s answer?"""
@@ -563,43 +590,14 @@ class ServerConnection(ClientConnection):  # an asyncio.Protocol by its methods 
         if self.transport is not None and self.state != _CLOSED:
             self.transport.close()
 
-    # -- the response pipe (upstream.Pipe) -------------------------------------------------------------
-    def stream(self, resp: UpstreamResponse, chunked: bool, owner: Forwarding) -> None:
-        """Write ``resp``'s body as it comes; ``owner.stream_over(resp, ok)`` follows."""
-        if self.state == _CLOSED:
-            owner.stream_over(resp, False)
-            return
-        self.streaming = resp
-        self.stream_chunked = chunked
-        self.stream_owner = owner
-        resp.pipe = self
-        if self.write_paused:
-            resp.pause_upstream()
-        else:
-            resp.resume_upstream()
-
-    def data(self, chunk: bytes) -> None:
+    def write_body(self, chunk: bytes, chunked: bool) -> None:
         if self.state == _CLOSED:
             return
         self.last_activity = self.loop.time()
-        if self.stream_chunked:
+        if chunked:
             self.transport.writelines((b"%x\r\n" % len(chunk), chunk, b"\r\n"))  # type: ignore[union-attr]
         else:
             self.transport.write(chunk)  # type: ignore[union-attr]
 
-    def end(self) -> None:
-        if self.stream_chunked and self.state != _CLOSED:
-            self.transport.write(b"0\r\n\r\n")  # type: ignore[union-attr]
-        self._stream_over(True)
-
-    def abort(self, why: str) -> None:
-        log.info("response from upstream broke off: %s", why)
-        self._stream_over(False)
-
-    def _stream_over(self, ok: bool) -> None:
-        resp, owner = self.streaming, self.stream_owner
-        self.streaming = self.stream_owner = None
-        if resp is not None:
-            resp.pipe = None
-            if owner is not None:
-                owner.stream_over(resp, ok)
+    def writable(self) -> bool:
+        return self.state != _CLOSED

@@ -3,8 +3,8 @@
 Chunks are pushed to every attempt sending the body as they arrive (no copy, no task), and kept in the
 adapters' shared :class:`~sidecar.adapters.replay.ReplayBuffer` so that a retry or hedge can send them
 again, up to ``limit`` bytes (the policy's ``replay_buffer``). Past the limit the body is no longer
-replayable: the hook ``on_overflow`` tells the engine (``buffer-exceeded``), the attempt in flight keeps
-streaming, and what it has sent is let go. A body whose declared length is over the limit is not replayable
+replayable: its owner is told (``BodyOwner.body_overflowed``: the engine hears ``buffer-exceeded``), the
+attempt in flight keeps streaming, and what it has sent is let go. A body whose declared length is over the limit is not replayable
 from the start.
 
 Flow control: reading from the client pauses while an attempt's upstream socket is backed up, or while
@@ -16,7 +16,6 @@ go of some. A body stalled that way is cut by ``request_body_timeout`` as any st
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Final, Protocol
 
 from ...buffer_budget import BufferBudget
@@ -28,6 +27,17 @@ WATERMARK: Final = 256 * 1024
 class BodySink(Protocol):
     def body_data(self, data: bytes) -> None: ...
     def body_end(self) -> None: ...
+
+
+class BodyOwner(Protocol):
+    """Who hears what becomes of a body (the request forwarding it, ``request.Forwarding``): installed in one
+    place, ``RequestBody.owner``, once the request is admitted."""
+
+    def body_attached(
+        self,
+    ) -> None: ...  # the first attempt takes it (a client that said Expect: 100-continue)
+    def body_overflowed(self) -> None: ...  # it outgrew the replay buffer: the attempt in flight is the last
+    def body_complete(self) -> None: ...  # the whole body arrived and went to the attempts in flight
 
 
 class ReadControl(Protocol):
@@ -50,9 +60,7 @@ class RequestBody:
         "discarding",
         "pausing",
         "control",
-        "on_overflow",
-        "on_first_attach",
-        "on_complete",
+        "owner",
         "budget",
         "ticket",
         "starving",
@@ -74,9 +82,7 @@ class RequestBody:
         self.discarding = False
         self.pausing = False
         self.control = control
-        self.on_overflow: Callable[[], None] | None = None
-        self.on_first_attach: Callable[[], None] | None = None
-        self.on_complete: Callable[[], None] | None = None  # the whole body arrived (and went to the sinks)
+        self.owner: BodyOwner | None = None  # told of the first attach, an overflow, the end
 
     @property
     def replayable(self) -> bool:
@@ -103,8 +109,8 @@ class RequestBody:
             s.body_data(data)
         if kept.replayable and kept.received + len(data) > kept.limit:
             kept.seal()
-            if self.on_overflow is not None:
-                self.on_overflow()
+            if self.owner is not None:
+                self.owner.body_overflowed()
         # kept while replayable, and until the first attempt takes it; past the limit, let go
         kept.add(data, keep=kept.replayable or not self.attached)
         if not self.sinks:
@@ -117,10 +123,8 @@ class RequestBody:
             s.body_end()
         self.sinks.clear()
         self._flow()
-        done = self.on_complete
-        if done is not None:
-            self.on_complete = None
-            done()
+        if self.owner is not None:
+            self.owner.body_complete()
 
     def discard(self) -> None:
         """The request is over (answered without its whole body): drop what comes, stop holding back."""
@@ -138,8 +142,8 @@ class RequestBody:
         kept.check_whole("the request body")
         if not self.attached:
             self.attached = True
-            if self.on_first_attach is not None:
-                self.on_first_attach()
+            if self.owner is not None:
+                self.owner.body_attached()
         for c in kept.pieces:
             sink.body_data(c)
         if not kept.replayable:

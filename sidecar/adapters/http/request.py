@@ -9,18 +9,21 @@ as it arrives, or the sidecar answers itself.
 
 Admission (issue 12): a listener with a request limit asks its door once the head is read, before any
 upstream work (``admit.begin``): a refused request is answered at once (429, ``Forwarding.refused``), a
-queued one waits on the loop's timer heap with its driver not yet started (``Forwarding.queued``), and a
-client that leaves while queued gives its token back.
+queued one waits on the loop's timer heap with its driver not yet started (``Stage.QUEUED``), and a client
+that leaves while queued gives its token back.
 
 All of it runs in protocol callbacks: :meth:`Forwarder.begin` starts a request's :class:`~sidecar.runtime.Driver`
 and returns; the driver calls :meth:`Forwarding.finished` when the engine is done, from whichever callback
-brought the last event; the connection hears ``request_done`` once the answer is complete.
+brought the last event; the connection hears ``request_done`` once the answer is complete. Where a request
+is in that life is one explicit :class:`Stage`, changed only by the :class:`Forwarding` itself; the statuses
+and texts of the sidecar's own answers are chosen by ``answer.py``, which this module only writes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from enum import IntEnum
 from typing import Any, Final
 
 import httptools
@@ -38,7 +41,9 @@ from ...runtime import AttemptGate, Driver
 from ...services import Services
 from ...telemetry import RequestObserver
 from ...timers import TimerEntry, Timers, timers_for
-from .answer import Answer, encode, for_finish, text
+from ..transitions import InvalidTransition
+from . import answer as answers
+from .answer import Answer, encode, for_finish
 from .answer import refused as refusal_answer
 from .attempt import Attempter
 from .headers import BadRequest, Headers, RequestHead, find_header, request_head, response_head
@@ -76,6 +81,7 @@ class IncomingRequest:
         "refusal",
         "head_request",
         "zero_length",
+        "expect_continue",
     )
 
     def __init__(self, began: float) -> None:
@@ -87,9 +93,12 @@ class IncomingRequest:
         self.keep_alive = True
         self.body: RequestBody | None = None
         self.head_size = 0
-        self.refusal: tuple[int, str] | None = None  # answer this instead of forwarding (400, 405, ...)
+        self.refusal: Answer | None = None  # answer this instead of forwarding (400, 405, ...: answer.py)
         self.head_request = False  # a HEAD request: its answer has no body (set with ``method``)
         self.zero_length = False  # no body, and the client said so (``Content-Length: 0``): forwarded as such
+        self.expect_continue = (
+            False  # ``Expect: 100-continue`` (HTTP/1.1): told 100 when an attempt takes the body
+        )
 
     @property
     def idempotent(self) -> bool:
@@ -100,10 +109,10 @@ class IncomingRequest:
         return self.body is None or self.body.complete
 
 
-def refused(began: float, status: int, message: str) -> IncomingRequest:
+def refused(began: float, answer: Answer) -> IncomingRequest:
     """A placeholder in the connection's queue for an answer the sidecar gives itself (then closes)."""
     r = IncomingRequest(began)
-    r.refusal = (status, message)
+    r.refusal = answer
     r.keep_alive = False
     return r
 
@@ -118,6 +127,7 @@ class ClientConnection:
     client_ip: bytes
     client_host: str  # the same, as a string (the door's exempt_cidrs)
     last_activity: float  # the loop time the callback that got here read
+    write_paused: bool  # the client's socket is backed up (a response streamed to it holds its upstream back)
 
     def answering(self, fwd: Forwarding) -> None:
         """``fwd`` is the request being answered now (the connection tells it if the client goes away)."""
@@ -134,8 +144,17 @@ class ClientConnection:
     def write(self, data: bytes) -> None:
         raise NotImplementedError
 
-    def stream(self, resp: UpstreamResponse, chunked: bool, owner: Forwarding) -> None:
-        """Write ``resp``'s body as it comes; ``owner.stream_over(resp, ok)`` follows."""
+    def write_body(self, chunk: bytes, chunked: bool) -> None:
+        """Write a piece of a response body as it comes from the upstream (framed as a chunk when
+        ``chunked``)."""
+        raise NotImplementedError
+
+    def writable(self) -> bool:
+        """Is the client still there to write to?"""
+        raise NotImplementedError
+
+    def send_continue(self) -> None:
+        """``100 Continue``: the client may send the body it announced."""
         raise NotImplementedError
 
     def request_done(self, req: IncomingRequest) -> None:
@@ -285,7 +304,7 @@ class Forwarder:
             )
         except BadRequest as e:
             conn.close_after_answer()
-            self._refuse(req, conn, 400, str(e))
+            self._refuse(req, conn, answers.bad_head(str(e)))
             return None
 
     def _timers(self, conn: ClientConnection) -> Timers:
@@ -308,25 +327,27 @@ class Forwarder:
         try:
             u: Any = httptools.parse_url(url)  # its fields may be None, whatever its stubs say
         except httptools.HttpParserInvalidURLError:
-            self._refuse(req, conn, 400, "malformed request target")
+            self._refuse(req, conn, answers.malformed_target())
             return None
         if not u.schema or u.schema.lower() != b"http" or not u.host:  # RFC 9110 4.2.3: any case
-            self._refuse(req, conn, 403, "only http:// targets can be proxied")
+            self._refuse(req, conn, answers.not_http_target())
             return None
         port = u.port or 80
         hostname = u.host.decode("latin-1")
         found = self.router.proxy(hostname, port, (u.path or b"/").decode("latin-1"))
         if found is None:
-            why = f"no upstream named or reached at {hostname}:{port}: the sidecar is not an open proxy"
-            self._refuse(req, conn, 403, why)
+            self._refuse(req, conn, answers.not_proxied(hostname, port))
             return None
         target_url = (u.path or b"/") + (b"?" + u.query if u.query else b"")
         return found, target_url, u.host if u.port is None else b"%s:%d" % (u.host, u.port)
 
     def _attributes(self, method: str, target_url: bytes, host: bytes | None) -> dict[str, str | int] | None:
-        """The request span's attributes (built only when there are spans)."""
+        """The request span's attributes (built only when there are spans; the console's tap takes the path,
+        never the query string)."""
         if not self.tracing:
-            return None
+            if self.telemetry.tap is None:
+                return None
+            return {"url.path": target_url.partition(b"?")[0].decode("latin-1")}
         attrs: dict[str, str | int] = {
             "http.request.method": method,
             "url.path": target_url.partition(b"?")[0].decode("latin-1"),
@@ -358,10 +379,10 @@ class Forwarder:
                 self._self_hosts[host] = known
         return known
 
-    def _refuse(self, req: IncomingRequest, conn: ClientConnection, status: int, message: str) -> None:
-        """The sidecar's own answer to a request it will not forward (400, 403)."""
-        self.rejected.reject(str(status))
-        write_answer(req, conn, text(status, message))
+    def _refuse(self, req: IncomingRequest, conn: ClientConnection, answer: Answer) -> None:
+        """The sidecar's own answer to a request it will not forward (400, 403: chosen by answer.py)."""
+        self.rejected.reject(str(answer.status))
+        write_answer(req, conn, answer)
         conn.request_done(req)
 
 
@@ -375,8 +396,48 @@ def write_answer(req: IncomingRequest, conn: ClientConnection, answer: Answer) -
     conn.write(encode(answer, keep, head_only=req.head_request))
 
 
+class Stage(IntEnum):
+    """Where a request is in its life (``Forwarding.stage``; only the request changes it)::
+
+        NEW ──refused (the door: answered)───────────────────────────────────────────────────► OVER
+         └─begun─┬─(a token to wait for)─► QUEUED ──admitted─► DRIVING                          ▲
+                 └─────────────────────────────────────────► DRIVING                             │
+        QUEUED ──client_gone, refuse_body (answered) ───────────────────────────────────────────┤
+        DRIVING ──finished: answered whole (or cancelled: client_gone) ──────────────────────────┤
+        DRIVING ──finished: a response whose body is still coming─► STREAMING ──its end, break──┤
+        DRIVING ──refuse_body─► REFUSING ──finished (cancelled: the refusal answered) ────────────┤
+        STREAMING ──client_gone ─────────────────────────────────────────────────────────────────┘
+
+    A step the machine does not have raises :class:`~sidecar.adapters.transitions.InvalidTransition`.
+    """
+
+    NEW = 0  # made by Forwarder.begin, not yet admitted
+    QUEUED = 1  # admitted after a wait for a borrowed token: its driver starts when the token is due
+    DRIVING = 2  # the engine drives its attempts
+    REFUSING = 3  # its body stalled or broke: the attempts are being cancelled, the refusal answers it
+    STREAMING = 4  # the chosen response is being written, its body passed on as it comes
+    OVER = 5  # answered (or given up): the connection moved on
+
+
+# Held as a plain int compared with Final literals (compiled, a C int compare; see sidecar/native.py).
+_NEW: Final = 0
+_QUEUED: Final = 1
+_DRIVING: Final = 2
+_REFUSING: Final = 3
+_STREAMING: Final = 4
+_OVER: Final = 5
+assert tuple(Stage) == (_NEW, _QUEUED, _DRIVING, _REFUSING, _STREAMING, _OVER)
+
+
+def _invalid(stage: int, event: str) -> InvalidTransition:
+    return InvalidTransition("http request", Stage(stage).name.lower(), event)
+
+
 class Forwarding(Admittee):
-    """One request between ``begin`` and its complete answer."""
+    """One request between ``begin`` and its complete answer: its :class:`Stage` and what each stage holds
+    (``door``, ``wait``, ``wake`` while QUEUED; ``refusal`` while REFUSING; ``response`` while STREAMING).
+    It is also the owner of the request's body (``replay.BodyOwner``) and the pipe its chosen response's body
+    goes through (``upstream.Pipe``)."""
 
     __slots__ = (
         "forwarder",
@@ -385,8 +446,10 @@ class Forwarding(Admittee):
         "obs",
         "attempter",
         "driver",
+        "stage",
         "response",
-        "body_refusal",
+        "chunked",
+        "refusal",
         "door",
         "wait",
         "wake",
@@ -409,20 +472,26 @@ class Forwarding(Admittee):
         self.conn = conn
         self.attempter = attempter
         self.timers = timers
-        self.driver: Driver | None = None
-        self.response: UpstreamResponse | None = None  # being streamed to the client
-        self.body_refusal: tuple[int, str] | None = (
-            None  # the body stalled or broke: answered this, then closed
-        )
-        # admission: queued for a token until ``wait.at`` (the driver not started yet)
-        self.door: Door | None = None
+        self.stage: int = _NEW  # changed only by the methods below (see Stage)
+        self.driver: Driver | None = None  # from ``begun`` until OVER
+        self.response: UpstreamResponse | None = None  # STREAMING: the response being written
+        self.chunked = False  # STREAMING: its body is framed in chunks for the client
+        self.refusal: Answer | None = None  # REFUSING: the answer once the attempts are cancelled
+        self.door: Door | None = None  # QUEUED: the door whose token it waits for, until ``wait.at``
         self.wait: Wait | None = None
         self.wake: TimerEntry | None = None
-        self.began_complete = True
+        self.began_complete = True  # QUEUED: the call was set up with the whole request received
+
+    @property
+    def streaming(self) -> bool:
+        return self.stage == _STREAMING
 
     # -- on the way in (``admit.begin``) -----------------------------------------------------------------
     def refused(self, refusal: Refusal, obs: RequestObserver) -> None:
         """The door refused it: 429 or 503, and when to come back."""
+        if self.stage != _NEW:
+            raise _invalid(self.stage, "refused")
+        self.stage = _OVER
         answer = refusal_answer(refusal)
         write_answer(self.req, self.conn, answer)
         obs.set_attribute("http.response.status_code", answer.status)
@@ -430,115 +499,133 @@ class Forwarding(Admittee):
     def begun(
         self, call: Call, obs: RequestObserver, gate: AttemptGate | None, door: Door | None, wait: Wait | None
     ) -> None:
-        """Admitted: its driver is made; it starts at once (``go``) or when its token is due (``queued``)."""
+        """Admitted: its driver is made; it starts at once (``go``) or when its token is due (QUEUED)."""
+        if self.stage != _NEW:
+            raise _invalid(self.stage, "begun")
         self.obs = obs
         self.attempter.obs = obs
         body = self.req.body
-        if body is not None and not body.complete:
-            body.on_complete = self.body_complete
+        if body is not None:
+            body.owner = self  # the one place a body's hooks are installed
         self.conn.answering(self)
         self.driver = Driver(call, self.attempter, obs, self, self.conn.loop, self.timers, gate)
         if wait is not None and door is not None:
-            self.queued(door, wait, body is None or body.complete)
+            self.stage = _QUEUED
+            self.door = door
+            self.wait = wait
+            self.began_complete = body is None or body.complete
+            self.wake = self.timers.call_at(wait.at, self.admitted)
+        else:
+            self.stage = _DRIVING
 
     def go(self, now: float) -> None:
         """The driver starts now, unless the request waits for its token (it starts when that is due)."""
-        driver = self.driver
-        if self.wait is None and driver is not None:
+        stage, driver = self.stage, self.driver
+        if stage == _DRIVING and driver is not None:
             driver.start(now)
-
-    def _over(self) -> None:
-        """The answer is complete: on to the connection's next request. The references that tie this
-        request's objects into cycles are dropped, so they are freed at once rather than by the collector."""
-        self.driver = None
-        self.attempter.ctx = None
-        self.conn.request_done(self.req)
-
-    # -- admission: queued for a token ------------------------------------------------------------------
-    def queued(self, door: Door, wait: Wait, complete: bool) -> None:
-        """Wait for the borrowed token (``wait.at``) before the driver starts. ``complete``: the call was
-        set up with the whole request received."""
-        self.door = door
-        self.wait = wait
-        self.began_complete = complete
-        self.wake = self.timers.call_at(wait.at, self.admitted)
+        elif stage != _QUEUED:
+            raise _invalid(stage, "go")
 
     def admitted(self) -> None:
-        """The token is due: the request goes ahead."""
+        """QUEUED: the token is due, the request goes ahead."""
         wait, door, driver = self.wait, self.door, self.driver
+        if self.stage != _QUEUED or wait is None or door is None or driver is None:
+            raise _invalid(self.stage, "admitted")
+        self.stage = _DRIVING
         self.wait = self.wake = None
-        if wait is None or door is None or driver is None:
-            return
+        self.door = None
         now = self.conn.loop.time()
         door.admitted(wait, now)
         driver.start(now)
         if not self.began_complete and self.req.body_complete and driver.finish is None:
             driver.request_complete(now)
 
-    def _leave_queue(self) -> bool:
-        """Stop waiting (the client went away, or its body stalled): the token goes back. False: it was not
-        waiting."""
-        wait, wake = self.wait, self.wake
-        if wait is None:
-            return False
+    def _leave_queue(self) -> None:
+        """QUEUED, and it stops waiting (the client went away, or its body stalled): the token goes back."""
+        wait, wake, door = self.wait, self.wake, self.door
         self.wait = self.wake = None
+        self.door = None
         if wake is not None:
             self.timers.cancel(wake)
-        if self.door is not None:
-            self.door.interrupted(wait)
-        return True
+        if door is not None and wait is not None:
+            door.interrupted(wait)
+
+    def _over(self) -> None:
+        """The answer is complete (OVER): on to the connection's next request. The references that tie this
+        request's objects into cycles are dropped, so they are freed at once rather than by the collector."""
+        self.stage = _OVER
+        self.driver = None
+        self.attempter.ctx = None
+        self.conn.request_done(self.req)
+
+    # -- the request body (replay.BodyOwner) ------------------------------------------------------------
+    def body_attached(self) -> None:
+        """The first attempt takes the body: a client that waits for ``100 Continue`` is told to send it."""
+        if self.req.expect_continue:
+            self.conn.send_continue()
+
+    def body_overflowed(self) -> None:
+        self.attempter.body_overflowed()
 
     def body_complete(self) -> None:
-        """The client's whole body has arrived and gone to the attempts in flight: their clocks start."""
-        if self.wait is not None:
-            return  # queued: the driver is told when it starts
+        """The client's whole body has arrived and gone to the attempts in flight: their clocks start (a
+        QUEUED request's driver is told when it starts)."""
         driver = self.driver
-        if driver is not None and driver.finish is None:
+        if self.stage == _DRIVING and driver is not None:
             driver.request_complete()
 
     def body_stalled(self, timeout: float) -> None:
         """Nothing of the request body came for ``request_body_timeout``: abandon the attempts, answer 408,
         close (the rest of the body will not be read)."""
-        if not self.refuse_body(408, f"request body stalled for request_body_timeout ({timeout:g}s)"):
+        if not self.refuse_body(answers.body_stalled(timeout)):
             self.conn.close()  # answered already: the connection cannot carry another request
 
-    def refuse_body(self, status: int, why: str) -> bool:
+    def refuse_body(self, answer: Answer) -> bool:
         """The request body stalled or broke its framing: abandon the attempts (an upstream never sees the
-        request complete), or leave the door's queue, answer ``status``, close. False: too late, the answer
-        is on its way."""
-        if self._leave_queue():  # still queued for admission: no driver yet, answered here
-            self.body_refusal = (status, why)
-            self._answer_body_refusal()
+        request complete) or leave the door's queue, answer, close. False: too late, the answer is on its
+        way (or given)."""
+        stage = self.stage
+        if stage == _QUEUED:  # no driver started: answered here
+            self._leave_queue()
+            self._answer_refusal(answer)
             return True
         driver = self.driver
-        if driver is None or driver.finish is not None:
+        if stage != _DRIVING or driver is None:
             return False
-        self.body_refusal = (status, why)
+        self.stage = _REFUSING
+        self.refusal = answer
         driver.client_gone()  # -> finished(cancelled), answered there
         return True
 
     def client_gone(self) -> None:
         """The client disconnected: stop the attempts, or the response being streamed."""
-        if self._leave_queue():
+        stage = self.stage
+        if stage == _QUEUED:
+            self._leave_queue()
             self.obs.end("client went away")
             self._over()
-            return
-        if self.driver is not None and self.driver.finish is None:
+        elif stage == _DRIVING and self.driver is not None:
             self.driver.client_gone()  # -> finished(cancelled)
-            return
-        resp, self.response = self.response, None
-        if resp is not None:
-            resp.pipe = None  # what the upstream connection says as it is dropped is not news
-            resp.abort()
+        elif stage == _STREAMING:
+            resp = self.response
+            self.response = None
+            if resp is not None:
+                resp.abort()  # what the upstream connection says as it is dropped is not news
             log.info("client went away before its response was complete")
             self.obs.end("client went away")
+            self._over()
 
+    # -- the engine is done (``runtime.CallOwner``) -------------------------------------------------------
     def finished(self, finish: Finish, payload: Any) -> None:
         """The engine is done: answer the client (the chosen upstream response, or the sidecar's own)."""
+        stage = self.stage
+        if stage != _DRIVING and stage != _REFUSING:
+            raise _invalid(stage, "finished")
         try:
             self._answer(finish, payload)
         except Exception:
             log.exception("answering a request failed")
+            self.stage = _OVER
             self.obs.end("internal error")
             self.conn.abort_request(self.req)
 
@@ -547,8 +634,9 @@ class Forwarding(Admittee):
         if finish.reason is _CANCELLED:
             if payload is not None:
                 self.attempter.discard(payload)
-            if self.body_refusal is not None:
-                self._answer_body_refusal()
+            refusal = self.refusal
+            if self.stage == _REFUSING and refusal is not None:
+                self._answer_refusal(refusal)
                 return
             obs.end("client went away")
             self._over()
@@ -577,16 +665,13 @@ class Forwarding(Admittee):
         obs.set_attribute("http.response.status_code", resp.status)
         self._deliver(resp)
 
-    def _answer_body_refusal(self) -> None:
+    def _answer_refusal(self, answer: Answer) -> None:
         """Answer the body's refusal (``refuse_body``) and close the connection after it."""
-        refusal = self.body_refusal
-        assert refusal is not None
-        status, why = refusal
-        self.forwarder.rejected.reject(str(status))
+        self.forwarder.rejected.reject(str(answer.status))
         self.conn.close_after_answer()
-        write_answer(self.req, self.conn, text(status, why))
-        self.obs.set_attribute("http.response.status_code", status)
-        self.obs.end(why)
+        write_answer(self.req, self.conn, answer)
+        self.obs.set_attribute("http.response.status_code", answer.status)
+        self.obs.end(answers.message(answer))
         self._over()
 
     def _refused(self, finish: Finish, refusal: Refusal) -> None:
@@ -605,9 +690,10 @@ class Forwarding(Admittee):
         obs.end(refusal.message)
         self._over()
 
+    # -- the chosen response ----------------------------------------------------------------------------
     def _deliver(self, resp: UpstreamResponse) -> None:
         """Write the chosen response: its head and what arrived of its body at once, then the rest as it
-        comes (``stream_over`` follows)."""
+        comes (STREAMING, this request the response's pipe)."""
         req, conn = self.req, self.conn
         with_body = not (resp.no_body or req.head_request)
         lines, chunked, keep = response_head(
@@ -636,15 +722,57 @@ class Forwarding(Admittee):
             if chunked and resp.complete:
                 lines.append(b"0\r\n\r\n")
             conn.write(b"".join(lines))
-            self.stream_over(resp, resp.error is None)
+            self._delivered(resp, resp.error is None)
             return
         conn.write(b"".join(lines))
+        if not conn.writable():
+            self._delivered(resp, False)
+            return
+        self.stage = _STREAMING
         self.response = resp
-        conn.stream(resp, chunked, self)
+        self.chunked = chunked
+        resp.stream_to(self)
+        if conn.write_paused:
+            resp.pause_upstream()
+        else:
+            resp.resume_upstream()
 
-    def stream_over(self, resp: UpstreamResponse, ok: bool) -> None:
-        """The response went out whole (``ok``) or broke off."""
+    # the response's pipe (upstream.Pipe), STREAMING
+    def response_data(self, chunk: bytes) -> None:
+        self.conn.write_body(chunk, self.chunked)
+
+    def response_end(self) -> None:
+        if self.chunked:
+            self.conn.write(b"0\r\n\r\n")
+        self._streamed(True)
+
+    def response_broke(self, why: str) -> None:
+        log.info("response from upstream broke off: %s", why)
+        self._streamed(False)
+
+    # the client's flow control, reaching back to the upstream socket
+    def client_paused(self) -> None:
+        if self.stage == _STREAMING and self.response is not None:
+            self.response.pause_upstream()
+
+    def client_resumed(self) -> None:
+        if self.stage == _STREAMING and self.response is not None:
+            self.response.resume_upstream()
+
+    def upstream_silent(self, why: str) -> None:
+        """STREAMING, and the upstream sent nothing for the listener's ``idle_timeout``: give up on it."""
+        if self.stage == _STREAMING and self.response is not None:
+            self.response.failed(why)  # -> response_broke
+
+    def _streamed(self, ok: bool) -> None:
+        resp = self.response
+        if self.stage != _STREAMING or resp is None:
+            raise _invalid(self.stage, "response over")
         self.response = None
+        self._delivered(resp, ok)
+
+    def _delivered(self, resp: UpstreamResponse, ok: bool) -> None:
+        """The response went out whole (``ok``) or broke off."""
         resp.release()
         if not ok:
             self.conn.close()

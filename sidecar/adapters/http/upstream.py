@@ -7,9 +7,11 @@ exchange at a time (no upstream pipelining). Pooled per endpoint by :class:`Pool
 An exchange: ``start(head, body, ..., exchange)`` writes the request head and pushes the body (see
 ``replay.py``); the exchange is told ``on_response(response)`` once the response head has arrived (after the
 packet that carried it was parsed whole, so a small response is complete by then), or ``on_gone(error)``
-when the connection fails first. The :class:`UpstreamResponse` then collects or streams the body. Whoever
-owns the exchange hands the connection back with :meth:`UpstreamConnection.release` once it is done with the
-response; only a connection whose request and response both ended cleanly is reused.
+when the connection fails first. The :class:`UpstreamResponse` then collects or streams the body. A
+connection whose request and response both ended cleanly goes back to its pool by itself; whoever holds one
+otherwise hands it back with :meth:`UpstreamConnection.release` (an exchange not ended cleanly closes it).
+Its :class:`State` changes only through its own methods, and there is one road back to the pool
+(``UpstreamConnection._back``).
 
 Responses. An upstream response on its way to the client: the head as soon as it is parsed, then the body.
 
@@ -42,11 +44,12 @@ from .replay import RequestBody
 
 # -- responses -------------------------------------------------------------------------------------------
 class Pipe(Protocol):
-    """Where a delivered response's body goes (the client connection)."""
+    """Where a delivered response's body goes (the request it answers, ``request.Forwarding``): set and
+    cleared only by the response itself (``stream_to``; its end, break or abort)."""
 
-    def data(self, chunk: bytes) -> None: ...
-    def end(self) -> None: ...
-    def abort(self, why: str) -> None: ...
+    def response_data(self, chunk: bytes) -> None: ...
+    def response_end(self) -> None: ...
+    def response_broke(self, why: str) -> None: ...
 
 
 class UpstreamResponse:
@@ -57,6 +60,7 @@ class UpstreamResponse:
         "length",
         "chunked",
         "no_body",
+        "keep_alive",
         "chunks",
         "held",
         "complete",
@@ -74,6 +78,7 @@ class UpstreamResponse:
         length: int | None,
         chunked: bool,
         no_body: bool,
+        keep_alive: bool,
         conn: UpstreamConnection,
         attempt: int,
     ) -> None:
@@ -83,6 +88,7 @@ class UpstreamResponse:
         self.length = length  # declared Content-Length (None when chunked or close-delimited)
         self.chunked = chunked
         self.no_body = no_body  # HEAD, 1xx, 204, 304
+        self.keep_alive = keep_alive  # the upstream's word: its connection may carry another exchange
         self.chunks: list[bytes] = []
         self.held = 0
         self.complete = no_body
@@ -101,22 +107,29 @@ class UpstreamResponse:
     # -- from the upstream connection ----------------------------------------------------------------
     def body(self, chunk: bytes) -> None:
         if self.pipe is not None:
-            self.pipe.data(chunk)
+            self.pipe.response_data(chunk)
         else:
             self.chunks.append(chunk)
             self.held += len(chunk)
 
     def finished(self) -> None:
         self.complete = True
-        if self.pipe is not None:
-            self.pipe.end()
+        pipe, self.pipe = self.pipe, None
+        if pipe is not None:
+            pipe.response_end()
 
     def failed(self, why: str) -> None:
+        """The body broke off (or the sidecar gave up on it: a client's idle timeout)."""
         self.error = why
-        if self.pipe is not None:
-            self.pipe.abort(why)
+        pipe, self.pipe = self.pipe, None
+        if pipe is not None:
+            pipe.response_broke(why)
 
     # -- from the exchange ---------------------------------------------------------------------------
+    def stream_to(self, pipe: Pipe) -> None:
+        """Delivered: the rest of the body goes to ``pipe`` as it comes, then its end or its break."""
+        self.pipe = pipe
+
     def release(self) -> None:
         """Done with this response: its connection goes back to the pool if the exchange ended cleanly."""
         conn, self.conn = self.conn, None
@@ -124,6 +137,8 @@ class UpstreamResponse:
             conn.release()
 
     def abort(self) -> None:
+        """Given up (the client went away): its connection is dropped, and its pipe hears nothing more."""
+        self.pipe = None
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.abort()
@@ -167,26 +182,34 @@ class ConnectFailed(Exception):
 
 class State(IntEnum):
     """Where an upstream connection is in its life (``UpstreamConnection.state``; only the connection
-    changes it)::
+    changes it, each step by one of its methods; a step it does not have raises ``InvalidTransition``)::
 
-        IDLE ──start(body)──► SENDING ──body sent──► SENT ──exchange over, reusable──► IDLE (the pool)
-          └───start(no body)────────────────────────►┘
-        CLOSED   (from any state: aborted, lost, or an exchange that did not end cleanly)
+        (connected) HELD ──start(body)──► SENDING ──body sent──► SENT ──response over, reusable──► POOLED
+                     │  └──start(no body)──────────────────────────►┘                                │
+                     └──release (unused)──► POOLED ◄──────────────────────────────────────────────────┘
+        POOLED ──taken (by an attempt, or handed to one waiting for a connection)──► HELD
+        CLOSED   (from any state: aborted, lost, or released before its exchange ended cleanly)
     """
 
-    IDLE = 0  # no exchange: in the pool, or just connected
+    HELD = 0  # no exchange, held by whoever made it or took it from the pool
     SENDING = 1  # an exchange: the request body is still going out (the response may have begun)
     SENT = 2  # an exchange: the request went out whole; its response is awaited or being read
-    CLOSED = 3  # aborted or lost: never used again
+    POOLED = 3  # idle in its pool
+    CLOSED = 4  # aborted or lost: never used again
 
 
 # The state is held as a plain int compared with Final literals (compiled, a C int compare; see
 # sidecar/native.py); ``State(conn.state)`` names it.
-_IDLE: Final = 0
+_HELD: Final = 0
 _SENDING: Final = 1
 _SENT: Final = 2
-_CLOSED: Final = 3
-assert tuple(State) == (_IDLE, _SENDING, _SENT, _CLOSED)
+_POOLED: Final = 3
+_CLOSED: Final = 4
+assert tuple(State) == (_HELD, _SENDING, _SENT, _POOLED, _CLOSED)
+
+
+def _invalid(state: int, event: str) -> InvalidTransition:
+    return InvalidTransition("upstream connection", State(state).name.lower(), event)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -206,7 +229,6 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         "pool",
         "transport",
         "parser",
-        "parser_dirty",
         "state",
         "idle_since",
         "exchange",
@@ -216,34 +238,30 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         "got_bytes",
         "reason",
         "headers",
-        "informational",
         "body",
         "cork",
         "attempt",
         "reading_paused",
-        "keep_alive",
     )
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
-        self.parser_dirty = False
-        self.state: int = _IDLE  # changed only through the transitions below
+        self.state: int = _HELD  # changed only through the transitions below
         self.idle_since = 0.0
-        self.exchange: Exchange | None = None  # the exchange in progress
+        # the exchange in progress (SENDING, SENT): who hears of it, and what it has read so far
+        self.exchange: Exchange | None = None
         self.to_report: UpstreamResponse | None = None  # a head parsed, not yet told to the exchange
         self.response: UpstreamResponse | None = None
-        self.head_request = False
+        self.head_request = False  # (after a HEAD's answer, the next exchange gets a new parser)
         self.got_bytes = False
         self.reason = b""
         self.headers: Headers = []
-        self.informational = False
         self.body: RequestBody | None = None
         self.cork: list[bytes] | None = None
         self.attempt = 0
-        self.reading_paused = False
-        self.keep_alive = False  # the upstream's word on the last response (llhttp forgets it once done)
+        self.reading_paused = False  # flow control: a held or streamed response's reader is behind
 
     # -- the state (see State) -------------------------------------------------------------------------
     @property
@@ -254,21 +272,33 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         """May the connection carry another exchange? Only when the request went out whole and its
         response came back whole, and the upstream did not say ``Connection: close``."""
         r = self.response
-        return self.state == _SENT and r is not None and r.complete and r.error is None and self.keep_alive
+        return self.state == _SENT and r is not None and r.complete and r.error is None and r.keep_alive
 
+    def taken(self) -> None:
+        """POOLED -> HELD: its pool hands it to an attempt."""
+        if self.state != _POOLED:
+            raise _invalid(self.state, "taken")
+        self.state = _HELD
+
+    def _back(self) -> None:
+        """HELD, or an exchange that ended cleanly -> POOLED: the one road back to the pool (which keeps it
+        idle, hands it to a waiter (``taken``), or closes it when the pool is closing)."""
+        self.state = _POOLED
+        self.pool.returned(self)
 
     # -- the exchange --------------------------------------------------------------------------------
     def start(
         self, head: bytes, body: RequestBody | None, head_request: bool, attempt: int, exchange: Exchange
     ) -> None:
-        """Send a request for ``exchange``, which hears of the response head (or :class:`UpstreamGone`)."""
+        """HELD -> SENDING (or SENT, without a body): send a request for ``exchange``, which hears of the
+        response head (or :class:`UpstreamGone`)."""
         assert self.transport is not None
-        if self.state != _IDLE:  # one exchange at a time, never on a closed connection
-            raise InvalidTransition("upstream connection", State(self.state).name.lower(), "start")
+        if self.state != _HELD:  # one exchange at a time, never on a closed or pooled connection
+            raise _invalid(self.state, "start")
         self.state = _SENT if body is None else _SENDING
-        if self.parser_dirty:
+        if self.head_request:
+            # llhttp waited for Content-Length bytes that never came after the last HEAD: a new parser.
             self.parser = httptools.HttpResponseParser(self)
-            self.parser_dirty = False
         self.exchange = exchange
         self.head_request = head_request
         self.attempt = attempt
@@ -287,21 +317,21 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             self.transport.write(b"".join(out))
 
     def release(self) -> None:
-        """The owner is done with this exchange: back to the pool if it ended cleanly, else closed."""
-        if self.exchange is None:
-            return  # the exchange already ended and the connection went back by itself
-        reusable = self._reusable()
-        self._detach_body()
-        self.response = None
-        self.exchange = None
-        if reusable:
-            if self.reading_paused:
-                self.reading_paused = False
-                self.transport.resume_reading()  # type: ignore[union-attr]
-            self.state = _IDLE  # SENT: _reusable() said so
-            self.pool.release(self)
-        else:
-            self.abort()
+        """Whoever holds it is done with it: unused (HELD), or its exchange over cleanly, back to the pool;
+        an exchange that did not end cleanly closes it. Released twice, or while pooled: a bug (raises)."""
+        state = self.state
+        if state == _HELD:
+            self._back()
+        elif _SENDING <= state <= _SENT:
+            if self._reusable():
+                self._exchange_done()
+            else:
+                self.response = None
+                self.exchange = None
+                self.abort()
+        elif state == _POOLED:
+            raise _invalid(state, "release")
+        # CLOSED: lost meanwhile, nothing to give back
 
     def abandon(self, exchange: Exchange) -> None:
         """The attempt that owns ``exchange`` gives up: drop the connection if it still serves it."""
@@ -310,19 +340,25 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             self.abort()
 
     def _exchange_over(self) -> None:
-        """Request sent and response complete: a clean exchange needs nobody to hand the connection back."""
+        """The response is complete (or, sent whole, the request is): back to the pool if it all ended
+        cleanly, needing nobody to hand it back."""
+        if self.response is not None and self._reusable():
+            self._exchange_done()
+
+    def _exchange_done(self) -> None:
         r = self.response
-        if r is None or not self._reusable():
-            return
-        r.conn = None
+        if r is not None:
+            r.conn = None
         self.response = None
         self.exchange = None
         self.body = None
-        self.state = _IDLE  # SENT: _reusable() said so
-        self.pool.release(self)
+        if self.reading_paused:
+            self.reading_paused = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
+        self._back()
 
     def abort(self) -> None:
-        """Drop the connection now (a cancelled attempt, a broken exchange)."""
+        """Drop the connection now (a cancelled attempt, a broken exchange): -> CLOSED."""
         self._detach_body()
         if self.state != _CLOSED:
             self.state = _CLOSED  # from any state
@@ -352,7 +388,7 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             elif self.state != _CLOSED:
                 self.transport.write(b"0\r\n\r\n")  # type: ignore[union-attr]
         self.body = None
-        if self.state == _SENDING:  # a connection lost meanwhile stays closed
+        if self.state == _SENDING:  # SENDING -> SENT (a connection lost meanwhile stays closed)
             self.state = _SENT
         r = self.response
         if r is not None and r.complete:
@@ -382,7 +418,7 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if self.exchange is None:  # bytes while idle in the pool: the upstream is confused; drop it
+        if self.exchange is None:  # bytes with no exchange (pooled): the upstream is confused; drop it
             self.abort()
             return
         self.got_bytes = True
@@ -403,9 +439,8 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        was_closed = self.state == _CLOSED
-        self.state = _CLOSED  # from any state
-        if not was_closed:
+        if self.state != _CLOSED:
+            self.state = _CLOSED  # from any state
             self.pool.forget(self)
         r = self.response
         exchange = self.exchange
@@ -448,20 +483,18 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
         if status < 200:
             if status == 101:
                 raise httptools.HttpParserError("the upstream switched protocols unasked")
-            self.informational = True  # 100 Continue, 103 Early Hints: not forwarded
-            return
-        self.informational = False
-        self.keep_alive = self.parser.should_keep_alive()
+            return  # 100 Continue, 103 Early Hints: not forwarded (no response made: see on_message_complete)
         framing = body_framing(self.headers)
         chunked = framing == CHUNKED
         length = framing if framing >= 0 else None  # else chunked, or up to the connection's close
         no_body = self.head_request or status in _NO_BODY_STATUS
-        r = UpstreamResponse(status, self.reason, self.headers, length, chunked, no_body, self, self.attempt)
+        keep_alive = self.parser.should_keep_alive()  # (llhttp forgets it once the message is done)
+        r = UpstreamResponse(
+            status, self.reason, self.headers, length, chunked, no_body, keep_alive, self, self.attempt
+        )
         self.response = r
         self.to_report = r
-        if self.head_request:
-            # llhttp would wait for Content-Length bytes that never come after HEAD: use a new parser next time.
-            self.parser_dirty = True
+        if self.head_request:  # complete with its head (llhttp would wait for a body: see start)
             self._exchange_over()
 
     def on_body(self, body: bytes) -> None:
@@ -473,16 +506,16 @@ class UpstreamConnection:  # an asyncio.Protocol by its methods (a plain class c
             self.pause_reading()
 
     def on_message_complete(self) -> None:
-        if self.informational:  # 100 Continue, 103 Early Hints: the answer's own head follows
-            self.informational = False
+        r = self.response
+        if (
+            r is None
+        ):  # an informational answer (100 Continue, 103 Early Hints): the answer's own head follows
             self.reason = b""
             self.headers = []
             return
-        r = self.response
-        if r is not None:
-            if not r.complete:
-                r.finished()
-            self._exchange_over()
+        if not r.complete:
+            r.finished()
+        self._exchange_over()
 
 
 # -- pools -----------------------------------------------------------------------------------------------
@@ -513,21 +546,21 @@ class Pool:
         self.closing = False
 
     def take_idle(self) -> UpstreamConnection | None:
-        """An idle kept-alive connection, if there is one (no await on the hot path)."""
+        """An idle kept-alive connection, if there is one (no await on the hot path); the taker holds it
+        (``release`` or an exchange gives it back)."""
         idle = self.idle
         while idle:
             conn = idle.pop()
             if not conn.closed:
+                conn.taken()
                 return conn
         return None
 
     async def acquire(self) -> tuple[UpstreamConnection, bool]:
         """A connection (reused when one is idle) and whether it was reused. Raises :class:`ConnectFailed`."""
-        idle = self.idle
-        while idle:
-            conn = idle.pop()
-            if not conn.closed:
-                return conn, True
+        conn = self.take_idle()
+        if conn is not None:
+            return conn, True
         if self.count >= self.max_connections:
             fut = self.loop.create_future()
             self.waiters.append(fut)
@@ -535,7 +568,7 @@ class Pool:
                 conn = await fut
             except asyncio.CancelledError:
                 if fut.done() and not fut.cancelled() and fut.result() is not None:
-                    self.release(fut.result())  # handed over just as we were cancelled: pass it on
+                    fut.result().release()  # handed over just as we were cancelled: pass it on
                 elif fut.done() and not fut.cancelled():
                     self._wake()  # a free slot was ours: pass it on
                 raise
@@ -563,15 +596,16 @@ class Pool:
             raise
         return conn
 
-    def release(self, conn: UpstreamConnection) -> None:
-        if conn.closed:
-            return
+    def returned(self, conn: UpstreamConnection) -> None:
+        """``conn`` came back (``UpstreamConnection._back``, its only caller): to a request waiting for a
+        connection, else idle; closed if the pool is closing."""
         if self.closing:
             conn.abort()
             return
         while self.waiters:
             fut = self.waiters.popleft()
             if not fut.done():
+                conn.taken()
                 fut.set_result(conn)
                 return
         conn.idle_since = self.loop.time()
