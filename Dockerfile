@@ -1,6 +1,9 @@
 # retry-sidecar image. Two stages from the same base (swap it with --build-arg BASE_IMAGE=...):
-#   builder  compiles the hot path with mypyc (gcc and the Python headers live here only) into a wheel, and
-#            installs the runtime lock plus that wheel into /opt/sidecar
+#   builder  compiles the hot path with mypyc (gcc and the Python headers live here only) into a wheel,
+#            installs the runtime lock plus that wheel into /opt/sidecar, and leaves there only what the
+#            sidecar runs: no pip or setuptools, extensions stripped as Debian strips shared libraries
+#            (--strip-unneeded: no debug or local symbols), no tests, type stubs or C sources, and
+#            bytecode only for the modules the sidecar imports (tools/slim_venv.py)
 #   runtime  the base plus /opt/sidecar: no compiler, no tests, no plot or build tools
 # Build: podman build -t retry-sidecar .   (or docker build)
 # Run:   podman run --read-only --cap-drop=ALL -v ./config.yaml:/etc/sidecar/config.yaml:ro retry-sidecar
@@ -26,11 +29,14 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && /opt/sidecar/bin/pip install --quiet --require-hashes -r requirements.lock
 COPY pyproject.toml setup.py README.md config.example.yaml ./
 COPY sidecar ./sidecar
+COPY tools/slim_venv.py ./tools/
 RUN SIDECAR_NATIVE=1 /opt/build/bin/pip wheel --quiet --no-deps --no-build-isolation -w /wheels . \
  && /opt/sidecar/bin/pip install --quiet --no-deps /wheels/*.whl \
- && /opt/sidecar/bin/pip uninstall --quiet --yes pip \
  && /opt/sidecar/bin/sidecar version >/tmp/version && cat /tmp/version \
  && grep -q 'compiled with mypyc' /tmp/version \
+ && /opt/sidecar/bin/python -m pip uninstall --quiet --yes setuptools pip \
+ && find /opt/sidecar -name '*.so' -exec strip --strip-unneeded {} + \
+ && /opt/sidecar/bin/python tools/slim_venv.py /opt/sidecar \
  && install -D -m 0644 config.example.yaml /etc/sidecar/config.yaml
 
 FROM ${BASE_IMAGE}

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
-import sys
 from pathlib import Path
 
 import typer
 
 from . import __version__
 from .config import ConfigError, effective_yaml, load_file
-from .config.effective import redactor
-from .log_redaction import install as _redact_logs
+from .run_command import HELP as RUN_HELP
+from .run_command import run_loop as _run
 
 app = typer.Typer(
     name="sidecar",
@@ -34,29 +31,17 @@ def _load(path: Path):  # noqa: ANN202
         raise typer.Exit(2) from None
 
 
-@app.command()
-def run(
-    config: Path = ConfigOption,
-    log_level: str = typer.Option("info", help="debug, info, warning or error."),
-    uvloop: bool = typer.Option(True, help="Use uvloop when it is installed."),
-    watch_interval: float = typer.Option(
-        1.0, help="Seconds between checks of the config file for a change to reload (0: reload on SIGHUP only)."
-    ),
-) -> None:
-    """Run the sidecar until SIGTERM/SIGINT; SIGHUP or a change of the config file reloads it."""
-    cfg = _load(config)
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    _redact_logs(redactor(cfg))
-    from .app import serve
+@app.command(
+    help=RUN_HELP + " Options: sidecar run --help.",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def run(ctx: typer.Context) -> None:
+    # ``sidecar run`` does not come here (entry.py sends it to run_command.py, its one definition, without
+    # loading typer); a caller of this typer app does.
+    from .run_command import main as run_main
 
-    try:
-        _run(serve(cfg, config, watch_interval), uvloop)
-    except OSError as e:
-        typer.echo(f"sidecar: cannot start: {e}", err=True)
-        raise typer.Exit(1) from None
+    raise typer.Exit(run_main(ctx.args))
 
 
 @app.command()
@@ -203,25 +188,3 @@ def version() -> None:
     how = "hot path compiled with mypyc" if native.compiled() else "pure Python"
     typer.echo(f"retry-sidecar {__version__} ({how})")
 
-
-def _run(coro, use_uvloop: bool) -> None:  # noqa: ANN001
-    if use_uvloop:
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            uvloop.run(coro)
-            return
-    asyncio.run(coro)
-
-
-def main() -> None:
-    # gRPC's C core logs connection churn (GOAWAY at shutdown) at INFO on stderr; keep its errors only,
-    # unless the user asked for more.
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -2,11 +2,14 @@
 
 ``SIGHUP`` or a change of the config file (Kubernetes updates a mounted ConfigMap by swapping its ``..data``
 symlink: the file's resolved path and inode change) re-reads and re-validates it. A valid config that needs no
-restart replaces policies, upstreams and their endpoints, and routes in one step (``App.apply``): requests in
-progress finish under the config they started with. Anything else is refused and the old config keeps serving:
-every validation error is logged with its key path, and a change that needs a restart says which.
+restart replaces policies, upstreams and their endpoints, and routes in one step (``App.apply``), and adds or
+removes listeners (``App.update``: a new one is started before the switch, a removed one drains after it):
+requests in progress finish under the config they started with. Anything else is refused and the old config
+keeps serving: every validation error is logged with its key path, and a change that needs a restart says
+which.
 
-Decide (``restart_reasons``, pure) apart from do (``App.apply``) apart from when (``ConfigWatcher``).
+Decide (``restart_reasons``, pure) apart from do (``App.update``, ``App.apply``) apart from when
+(``ConfigWatcher``).
 """
 
 from __future__ import annotations
@@ -35,10 +38,17 @@ def restart_reasons(old: Config, new: Config) -> list[str]:
     reasons: list[str] = []
     olds = {lc.name: lc for lc in old.listeners}
     news = {lc.name: lc for lc in new.listeners}
-    for name in sorted(olds.keys() - news.keys()):
-        reasons.append(f"listeners.{name}: removing a listener needs a restart")
-    for name in sorted(news.keys() - olds.keys()):
-        reasons.append(f"listeners.{name}: adding a listener needs a restart")
+    # Listeners may come and go (App.update starts and drains them), except one whose request rate the
+    # fleet's settle task leases: it leases for the listeners it started with.
+    for name in sorted(olds.keys() ^ news.keys()):
+        config, lc = (new, news[name]) if name in news else (old, olds[name])
+        profile = _profile(config, lc.admission)
+        if profile is not None and profile.requests is not None and profile.requests.scope == "fleet":
+            verb = "adding" if name in news else "removing"
+            reasons.append(
+                f"listeners.{name}.admission: its request rate is leased fleet-wide; {verb} this listener"
+                " needs a restart"
+            )
     for name in sorted(olds.keys() & news.keys()):
         o, n = olds[name], news[name]
         for key in _FIXED_LISTENER_KEYS[o.protocol]:

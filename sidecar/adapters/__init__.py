@@ -9,17 +9,11 @@ from now on.
 
 from __future__ import annotations
 
-import importlib
 from typing import Protocol
 
+from .. import parts
 from ..config import ListenerConfig
 from ..services import Services
-
-_LISTENERS = {
-    "http": ("sidecar.adapters.http.server", "HttpListener"),
-    "grpc": ("sidecar.adapters.grpc.server", "GrpcListener"),
-    "mongodb": ("sidecar.adapters.mongo.server", "MongoListener"),
-}
 
 
 class Listener(Protocol):
@@ -39,6 +33,5 @@ class Listener(Protocol):
 
 
 def make_listener(config: ListenerConfig, services: Services) -> Listener:
-    """The listener for ``config``'s protocol (each protocol's package is imported only when used)."""
-    module_name, cls_name = _LISTENERS[config.protocol]
-    return getattr(importlib.import_module(module_name), cls_name)(config, services)
+    """The listener for ``config``'s protocol (each protocol's package is imported only when used: parts.py)."""
+    return parts.load(f"listener.{config.protocol}")(config, services)

@@ -16,11 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from opentelemetry import trace as ot
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.trace import SpanKind, Status, StatusCode
-
+from .. import parts
 from ..admission.refusal import Refusal
 from ..config.schema import TelemetryConfig
 from ..policy import CancelAttempt, Decision, Finish, Outcome, OutcomeClass, Reason, SendAttempt
@@ -28,7 +24,6 @@ from ..policy.reasons import GIVE_UPS
 from ..runtime import CallObserver
 from .metrics import Meters, Metrics
 from .tap import Tap, TapRecord
-from .tracing import PROPAGATOR, make_provider, tracer
 
 _EMPTY: Final[Mapping[str, str]] = {}
 # Enum members as Final aliases, every one the code reads (the convention: sidecar/native.py).
@@ -49,12 +44,16 @@ class Telemetry:
         cfg: TelemetryConfig | None = None,
         *,
         metrics: Metrics | None = None,
-        span_exporter: SpanExporter | None = None,
+        span_exporter: Any = None,
     ) -> None:
+        """``span_exporter``: an OpenTelemetry ``SpanExporter`` receiving every span (tests), traces or not
+        in ``cfg``."""
         self.cfg = cfg or TelemetryConfig()
         self.metrics = metrics or Metrics()
-        self.provider: TracerProvider | None = make_provider(self.cfg, span_exporter)
-        self.tracer = tracer(self.provider)
+        #: ``tracing.Tracer`` when traces are on (its module, and OpenTelemetry, imported only then), else None.
+        self.tracer: Any = None
+        if span_exporter is not None or parts.traced(self.cfg):
+            self.tracer = parts.load("tracing")(self.cfg, span_exporter)
         #: The console's tap while someone reads it (``None``: nobody does, and requests are not recorded).
         self.tap: Tap | None = None
 
@@ -78,8 +77,8 @@ class Telemetry:
         )
 
     def shutdown(self) -> None:
-        if self.provider is not None:
-            self.provider.shutdown()
+        if self.tracer is not None:
+            self.tracer.shutdown()
 
 
 class RequestObserver(CallObserver):
@@ -130,11 +129,10 @@ class RequestObserver(CallObserver):
         self.span = None
         if t.tracer is not None:
             self.attempt_spans = {}
-            ctx = PROPAGATOR.extract(parent) if parent else None
             attrs = dict(self.attempt_attrs)
             attrs["sidecar.listener"] = listener
             attrs["sidecar.upstream"] = upstream
-            self.span = t.tracer.start_span(name, context=ctx, kind=SpanKind.SERVER, attributes=attrs)
+            self.span = t.tracer.request_span(name, parent, attrs)
 
     # -- what adapters call ---------------------------------------------------------------------------
     def set_attribute(self, key: str, value: Any) -> None:
@@ -194,7 +192,7 @@ class RequestObserver(CallObserver):
                     span.end()
                 self.attempt_spans.clear()
             if error is not None:
-                self.span.set_status(Status(StatusCode.ERROR, error))
+                self.t.tracer.fail(self.span, error)
             self.span.end()
 
     def __enter__(self) -> RequestObserver:
@@ -235,15 +233,8 @@ class RequestObserver(CallObserver):
             attrs["sidecar.backoff_waited_ms"] = round(self.last_delay * 1000, 3)
         if self.protocol == "http" and cmd.attempt > 1:
             attrs["http.request.resend_count"] = cmd.attempt - 1
-        span = tracer.start_span(
-            self.attempt_name,
-            context=ot.set_span_in_context(self.span),
-            kind=SpanKind.CLIENT,
-            attributes=attrs,
-        )
+        span, carrier = tracer.attempt_span(self.span, self.attempt_name, attrs)
         spans[cmd.attempt] = span
-        carrier: dict[str, str] = {}
-        PROPAGATOR.inject(carrier, context=ot.set_span_in_context(span))
         return carrier
 
     def attempt_ended(self, attempt: int, outcome: Outcome) -> None:
@@ -260,7 +251,7 @@ class RequestObserver(CallObserver):
                 pb = outcome.pushback.delay
                 span.set_attribute("sidecar.pushback_ms", -1 if pb is None else round(pb * 1000, 3))
             if outcome.cls is not _SUCCESS:
-                span.set_status(Status(StatusCode.ERROR, outcome.detail or outcome.cls.value))
+                self.t.tracer.fail(span, outcome.detail or outcome.cls.value)
 
     def attempt_cancelled(self, cmd: CancelAttempt) -> None:
         if cmd.reason is _DEADLINE:
@@ -279,7 +270,7 @@ class RequestObserver(CallObserver):
         span.set_attribute("sidecar.cancelled", cmd.reason.value)
         if cmd.reason is _PER_TRY_TIMEOUT:
             span.set_attribute("sidecar.outcome", _TIMEOUT.value)
-            span.set_status(Status(StatusCode.ERROR, "per-try timeout"))
+            self.t.tracer.fail(span, "per-try timeout")
         else:
             del spans[cmd.attempt]
             span.end()

@@ -28,15 +28,18 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from .. import parts
 from ..config.schema import Config, DnsConfig, ResolverConfig, UpstreamConfig
 from .balancer import DRAINING, Balancer
 from .poller import Poller
 from .resolution import EMPTY, ERROR, OK, Found, Resolution, TargetState, combine, diff, union
-from .resolver import Resolver
 from .schedule import RefreshSchedule, RefreshSpec
 from .target import STATIC, Target, parse
+
+if TYPE_CHECKING:
+    from .resolver import Resolver
 
 log = logging.getLogger("sidecar.dns")
 
@@ -275,17 +278,25 @@ class Discovery:
 
     def __init__(self, resolver: ResolverConfig, rand: Callable[[], float]) -> None:
         self.config = resolver
-        self.resolver = Resolver(resolver.nameservers, resolver.timeout)
+        self._resolver: Resolver | None = None
         self.rand = rand
         self.watches: dict[Key, TargetWatch] = {}
         self.started = False
         self._stopping: set[asyncio.Task[None]] = set()  # watches a reload let go, stopping
 
+    @property
+    def resolver(self) -> Resolver:
+        """The resolver, made (and dnspython imported: ``parts.py``) when a name is first looked up: a config
+        whose endpoints are all addresses never loads it."""
+        if self._resolver is None:
+            self._resolver = parts.load("dns")(self.config.nameservers, self.config.timeout)
+        return self._resolver
+
     def reconfigure(self, resolver: ResolverConfig) -> None:
         """A reload changed ``resolver:``: the next lookup of every target asks the new one."""
         if resolver != self.config:
             self.config = resolver
-            self.resolver = Resolver(resolver.nameservers, resolver.timeout)
+            self._resolver = None
 
     def targets(self, name: str, config: UpstreamConfig, discovered: bool) -> list[TargetWatch]:
         """The watches of upstream ``name``'s endpoints. Not ``discovered`` (a MongoDB upstream): each as
@@ -343,8 +354,8 @@ class Discovery:
         watches = list(self.watches.values())
         for w in watches:
             w.start()
-        firsts = [asyncio.ensure_future(w.first()) for w in watches]
-        if not firsts:
+        firsts = [asyncio.ensure_future(w.first()) for w in watches if w.poller is not None]
+        if not firsts:  # every endpoint is an address: nothing to wait for
             return
         _, late = await asyncio.wait(firsts, timeout=3 * self.resolver.lifetime + 1.0)
         for f in late:

@@ -187,3 +187,40 @@ async def test_the_image_serves_every_protocol_reloads_and_drains(tmp_path: Path
                 assert podman("inspect", "-f", "{{.State.ExitCode}}", ctr.cid).stdout.strip() == "0"
     finally:
         await mongo.stop()
+
+
+SLIM_PROBE = r"""
+import json, pathlib, struct, sys, sysconfig
+
+def sections(path):  # the names of an ELF64 file's sections
+    data = path.read_bytes()
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    entsize, count, names_at = struct.unpack_from("<HHH", data, 0x3A)
+    header = lambda i: struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * entsize)
+    table = header(names_at)[4]
+    return {data[table + header(i)[0] : data.index(b"\0", table + header(i)[0])].decode() for i in range(count)}
+
+venv = pathlib.Path(sys.prefix)
+site = pathlib.Path(sysconfig.get_paths()["purelib"])
+files = [p for p in venv.rglob("*") if p.is_file() and not p.is_symlink()]
+print(json.dumps({
+    "bytes": sum(p.stat().st_size for p in files),
+    "stubs_and_sources": [str(p) for p in files if p.suffix in (".pyi", ".c", ".h", ".pyx", ".pxd")][:5],
+    "debug_symbols": [str(p) for p in files if p.suffix == ".so" and ".debug_info" in sections(p)][:5],
+    "shared_objects": sum(p.suffix == ".so" for p in files),
+    "installers": [n for n in ("pip", "setuptools") if (site / n).exists()],
+    "grpc_bytecode": any((site / "grpc" / "__pycache__").glob("_channel.*.pyc")),
+    "pydantic_v1_bytecode": any((site / "pydantic" / "v1" / "__pycache__").glob("*.pyc")),
+}))
+"""
+
+
+def test_the_venv_holds_what_the_sidecar_runs() -> None:
+    """Issue 27: no installer, tests, type stubs, C sources or debug symbols, bytecode only for what the sidecar
+    imports (grpcio's, not pydantic's v1 layer), and at most 70 MB."""
+    r = podman("run", "--rm", *SECURE, "--entrypoint", "python", IMAGE, "-c", SLIM_PROBE)
+    found = json.loads(r.stdout)
+    assert found["stubs_and_sources"] == [] and found["debug_symbols"] == [] and found["installers"] == []
+    assert found["shared_objects"] > 10  # the check above looked at the compiled extensions
+    assert found["grpc_bytecode"] and not found["pydantic_v1_bytecode"]
+    assert found["bytes"] <= 70e6, f"the venv holds {found['bytes'] / 1e6:.1f} MB"

@@ -19,6 +19,17 @@ def test_version() -> None:
     assert r.returncode == 0 and r.stdout.startswith("retry-sidecar ")
 
 
+def test_run_is_listed_and_has_its_own_help() -> None:
+    r = run("--help")
+    assert r.returncode == 0 and "run" in r.stdout and "sidecar run --help" in r.stdout
+    r = run("run", "--help")
+    assert r.returncode == 0
+    for option in ("--config", "--log-level", "--uvloop", "--no-uvloop", "--watch-interval"):
+        assert option in r.stdout
+    r = run("run")
+    assert r.returncode == 2 and "--config" in r.stderr
+
+
 def test_check_prints_the_effective_config() -> None:
     r = run("check", "-c", "config.example.yaml")
     assert r.returncode == 0, r.stderr

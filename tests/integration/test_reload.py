@@ -281,6 +281,102 @@ async def test_a_listener_address_change_is_refused_as_needing_a_restart(
                 assert await r.text() == "a"  # the endpoint change came with it: refused as a whole
 
 
+def two_listeners(endpoint: str, port: int, other: int | None) -> str:
+    """``orders`` on ``port``, and ``extra`` on ``other`` when given."""
+    text = config_text(endpoint, port=port)
+    if other is not None:
+        text += (
+            f'  - {{name: extra, protocol: http, listen: "127.0.0.1:{other}", upstream: orders, policy: p}}\n'
+        )
+    return text
+
+
+async def test_a_reload_adds_a_listener_and_removes_it_after_its_request_in_flight(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.yaml"
+    async with GatedUpstream("a") as a, aiohttp.ClientSession() as http:
+        port, other = free_port(), free_port()
+        cfg.write_text(two_listeners(a.endpoint, port, None))
+        async with App(load_file(cfg), config_path=cfg) as app:
+            cfg.write_text(two_listeners(a.endpoint, port, other))
+            assert await app.reload()
+            assert app.is_ready() and app.address("extra")[1] == other
+            async with http.get(f"http://127.0.0.1:{other}/") as r:
+                assert (r.status, await r.text()) == (200, "a")
+
+            a.gate.clear()
+            a.arrived.clear()
+            in_flight = asyncio.create_task(http.get(f"http://127.0.0.1:{other}/"))
+            await a.arrived.wait()
+            cfg.write_text(two_listeners(a.endpoint, port, None))
+            assert await app.reload()
+            with pytest.raises(KeyError):
+                app.address("extra")
+            with pytest.raises(OSError):  # it stopped accepting at the reload ...
+                await asyncio.open_connection("127.0.0.1", other)
+            a.gate.set()
+            async with await in_flight as r:  # ... and finished the request it held
+                assert (r.status, await r.text()) == (200, "a")
+            async with http.get(f"http://127.0.0.1:{port}/") as r:
+                assert r.status == 200
+            assert (
+                app.telemetry.metrics.registry.get_sample_value(
+                    "sidecar_config_reloads_total", {"result": "applied"}
+                )
+                == 2
+            )
+
+
+async def test_a_listener_that_cannot_bind_refuses_the_whole_reload(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = tmp_path / "config.yaml"
+    async with GatedUpstream("a") as a, GatedUpstream("b") as b, aiohttp.ClientSession() as http:
+        port = free_port()
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            busy = taken.getsockname()[1]
+            cfg.write_text(two_listeners(a.endpoint, port, None))
+            async with App(load_file(cfg), config_path=cfg) as app:
+                cfg.write_text(two_listeners(b.endpoint, port, busy))
+                with caplog.at_level(logging.ERROR, logger="sidecar"):
+                    assert not await app.reload()
+                assert "listeners.extra: cannot start" in caplog.text
+                assert [lst.name for lst in app.listeners] == ["orders"]
+                async with http.get(f"http://127.0.0.1:{port}/") as r:
+                    assert await r.text() == "a"  # the endpoint change came with it: refused as a whole
+
+
+async def test_a_listener_that_fails_to_start_after_its_address_was_tried_leaves_the_live_config_whole(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two new listeners on the same port, one written 127.0.0.1 and one localhost (the loader cannot tell
+    they clash): each address is free when tried, the second cannot bind once the first did. The config the
+    reload built services for is undone: the old endpoint still serves, and the next reload applies."""
+    cfg = tmp_path / "config.yaml"
+    async with GatedUpstream("a") as a, GatedUpstream("b") as b, aiohttp.ClientSession() as http:
+        port, other = free_port(), free_port()
+        cfg.write_text(two_listeners(a.endpoint, port, None))
+        async with App(load_file(cfg), config_path=cfg) as app:
+            clash = (
+                f'  - {{name: x, protocol: http, listen: "127.0.0.1:{other}", upstream: orders}}\n'
+                f'  - {{name: y, protocol: http, listen: "localhost:{other}", upstream: orders}}\n'
+            )
+            cfg.write_text(two_listeners(b.endpoint, port, None) + clash)
+            with caplog.at_level(logging.ERROR, logger="sidecar"):
+                assert not await app.reload()
+            assert "listeners.y: cannot start" in caplog.text
+            assert [lst.name for lst in app.listeners] == ["orders"]
+            with pytest.raises(OSError):
+                await asyncio.open_connection("127.0.0.1", other)  # x was stopped again
+            async with http.get(f"http://127.0.0.1:{port}/") as r:
+                assert (r.status, await r.text()) == (200, "a")
+            cfg.write_text(two_listeners(b.endpoint, port, other))
+            assert await app.reload()
+            async with http.get(f"http://127.0.0.1:{other}/") as r:
+                assert (r.status, await r.text()) == (200, "b")
+
+
 GRPC_CONFIG = """
 admin: {{listen: "127.0.0.1:0"}}
 upstreams:

@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
-from sidecar.cli import _redact_logs
 from sidecar.config import ConfigError, effective, effective_yaml, load_text
 from sidecar.config.effective import redactor
 from sidecar.config.redact import is_secret_key, redact_userinfo
+from sidecar.log_redaction import install as _redact_logs
 
 SECRET = "s3cr3t-v4lue-42"
 

@@ -17,8 +17,6 @@ import hmac
 import os
 from collections.abc import Callable
 
-from pymongo.saslprep import saslprep
-
 _DIGESTS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-1": "sha1"}
 #: mongod's defaults (scramIterationCount, scramSHA256IterationCount).
 ITERATIONS = {"SCRAM-SHA-256": 15000, "SCRAM-SHA-1": 10000}
@@ -31,6 +29,14 @@ class ScramFailure(Exception):
 
 def _escape(user: str) -> str:
     return user.replace("=", "=3D").replace(",", "=2C")
+
+
+def saslprep(text: str) -> str:
+    """pymongo's SASLprep (RFC 4013), imported only when a login is made: importing any of pymongo loads the
+    whole driver (~8 MB), which a MongoDB listener without logins needs for nothing else (its codec is bson's)."""
+    from pymongo.saslprep import saslprep as prepare
+
+    return prepare(text)
 
 
 def _password_input(mechanism: str, username: str, password: str) -> bytes:
