@@ -22,7 +22,7 @@ from ...policy import SendAttempt
 from ...runtime import AttemptContext, AttemptResult
 from ...telemetry.observer import RequestObserver
 from .answer import CLIENT_GONE_STATUS, second_message
-from .classify import CLIENT_GONE, LOST, SECOND_MESSAGE, GrpcClassifier, UpstreamStatus
+from .classify import CLIENT_GONE, CODE_NUMBER, LOST, SECOND_MESSAGE, GrpcClassifier, UpstreamStatus
 from .downstream import Downstream
 from .metadata import attempt_metadata
 from .replay import EOF, RequestStream
@@ -159,7 +159,7 @@ class Attempter:
         outcome = self.classifier.classify(
             code, details, trailing, responded=responded, had_deadline=had_deadline
         )
-        self.obs.set_attempt_attribute(n, "rpc.grpc.status_code", code.value[0])
+        self.obs.set_attempt_attribute(n, "rpc.grpc.status_code", CODE_NUMBER[code])
         return AttemptResult(outcome, status)
 
 
