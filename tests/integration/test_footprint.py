@@ -100,6 +100,7 @@ async def test_an_http_only_sidecar_loads_no_grpc_mongodb_redis_aiohttp_or_opent
             assert loads(modules, "sidecar.adapters.http"), "the import record is read"
             assert loaded_heavy(modules) == [], f"an HTTP-only config loaded {loaded_heavy(modules)}"
             assert not loads(modules, "typer")  # the CLI framework parses the other commands, not run
+            assert not loads(modules, "importlib.metadata")  # pydantic's plugin loader (entry.py)
             maps = sc.mapped()
             assert "httptools" in maps  # the extension modules it uses are mapped ...
             # cramjam: python-snappy's, which prometheus_client imports when installed (run_command.py)
