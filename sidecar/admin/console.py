@@ -11,7 +11,9 @@ Routes (plain functions, ``routes.py``; documented in docs/console.md and at ``/
   ``since`` is there, or after ``wait`` seconds. Reading it arms the tap for :data:`ARMED_FOR` seconds.
 
 Who may look: loopback clients, and those in ``admin.console_allow``; anyone else gets 403 (``/metrics``,
-``/config`` and the probes are not the console's and answer as before). The tap shows no body, no query
+``/config`` and the probes are not the console's and answer as before). Under which name: a request whose
+``Host`` is neither an IP address, ``localhost``, nor a name in ``admin.console_hosts`` gets 403 too (DNS
+rebinding: a page elsewhere whose name was made to resolve to this address, read by its own scripts). The tap shows no body, no query
 string, no header value but the few the sidecar acts on (as numbers: a deadline, a pushback), and its free
 text (routes, outcome labels, errors) goes through the configuration's redactor.
 
@@ -116,6 +118,30 @@ def allowed(peer: str, networks: Sequence[Network]) -> bool:
     return ip.is_loopback or any(ip in n for n in networks)
 
 
+def host_allowed(host: str | None, names: frozenset[str]) -> bool:
+    """May a request whose ``Host`` header is ``host`` use the console? Without one (no browser sends none),
+    by an IP address, by ``localhost`` (or a name under it), or by a name in ``names``
+    (``admin.console_hosts``, lowercased). Any other name may be a page elsewhere whose name was made to
+    resolve to this address (DNS rebinding): its scripts would read the console as their own origin."""
+    if host is None:
+        return True
+    name = host.lower()
+    if name.startswith("["):  # an IPv6 literal, bracketed, with a port or not
+        try:
+            ipaddress.IPv6Address(name[1 : name.find("]")].split("%", 1)[0])
+        except ValueError:
+            return False
+        return True
+    name = name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+    name = name.rstrip(".")
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    return name == "localhost" or name.endswith(".localhost") or name in names
+
+
 def _json(value: Any, status: int = 200) -> AdminResponse:
     return AdminResponse(status, json.dumps(value, separators=(",", ":")).encode(), JSON, API_HEADERS)
 
@@ -144,8 +170,9 @@ class Console:
         self.sampler = Sampler()
         self.started_at = time.time()
         self.networks: tuple[Network, ...] = ()
+        self.hosts: frozenset[str] = frozenset()
         self.secrets = redactor(source.config)
-        self._set_allow(source.config.admin.console_allow)
+        self._set_allow(source.config.admin.console_allow, source.config.admin.console_hosts)
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._read_at = -math.inf
@@ -163,7 +190,7 @@ class Console:
 
     def reconfigure(self, config: Config) -> None:
         """A reloaded config: who may look from now on, and its secrets hidden too."""
-        self._set_allow(config.admin.console_allow)
+        self._set_allow(config.admin.console_allow, config.admin.console_hosts)
         self.secrets.merge(redactor(config))
 
     def start(self) -> None:
@@ -179,8 +206,9 @@ class Console:
         self._disarm()
         self._wake()
 
-    def _set_allow(self, cidrs: Sequence[str]) -> None:
+    def _set_allow(self, cidrs: Sequence[str], hosts: Sequence[str]) -> None:
         self.networks = tuple(ipaddress.ip_network(c) for c in cidrs)
+        self.hosts = frozenset(hosts)
 
     # -- the sampler ---------------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -232,6 +260,12 @@ class Console:
                     403,
                     f"the console answers loopback clients only (this is {request.peer or 'an unknown peer'});"
                     " allow more with admin.console_allow, or use kubectl port-forward\n".encode(),
+                )
+            if not host_allowed(request.host, self.hosts):
+                return AdminResponse(
+                    403,
+                    f"the console answers requests addressed to an IP address or localhost (this one was to"
+                    f" {request.host!r}); name more hosts in admin.console_hosts\n".encode(),
                 )
             return route(request)
 

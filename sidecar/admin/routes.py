@@ -19,12 +19,13 @@ JSON = "application/json"
 @dataclass(frozen=True, slots=True)
 class AdminRequest:
     """``path`` without its query; ``query``: the query's parameters (the first value of each); ``peer``: the
-    client's IP address (``""`` when unknown)."""
+    client's IP address (``""`` when unknown); ``host``: the Host header as sent (``None`` without one)."""
 
     method: str
     path: str
     query: Mapping[str, str] = field(default_factory=dict)
     peer: str = ""
+    host: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

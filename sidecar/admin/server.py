@@ -207,6 +207,7 @@ class _Connection(asyncio.Protocol):
         self.head_size = 0  # the request line's and headers' bytes, as parsed
         self.body_bytes = 0
         self.url = b""
+        self.host: str | None = None  # the request's Host header, when it sent one
 
     # -- asyncio.Protocol ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -271,6 +272,7 @@ class _Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.mid_request = True
         self.url = b""
+        self.host = None
         self.head_size = 0
         self.body_bytes = 0
         self._wait(self.limits.request_timeout)
@@ -281,6 +283,10 @@ class _Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_grew(len(name) + len(value) + 4)
+        if name.lower() == b"host":
+            if self.host is not None:  # RFC 9112 3.2: a request with more than one is refused
+                raise _Refused(400, "more than one Host header")
+            self.host = value.decode("latin-1").strip()
 
     def _head_grew(self, by: int) -> None:
         """Counted from what the parser hands over (a whole head may come in one read, never seen
@@ -324,7 +330,7 @@ class _Connection(asyncio.Protocol):
         if url.query:
             for key, value in parse_qsl(url.query.decode("utf-8", "replace"), keep_blank_values=True):
                 query.setdefault(key, value)
-        return AdminRequest(method, path, query, self.peer)
+        return AdminRequest(method, path, query, self.peer, self.host)
 
     # -- answering -------------------------------------------------------------------------------------
     def _queue(self, p: _Pending) -> None:

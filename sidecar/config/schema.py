@@ -432,6 +432,22 @@ def _cidr(value: object) -> str:
 Cidr = Annotated[str, BeforeValidator(_cidr)]
 
 
+def _host_name(value: object) -> str:
+    """A DNS name as a browser writes it in ``Host`` (``sidecar.orders.svc``), without port or scheme;
+    lowercased."""
+    import re
+
+    if not isinstance(value, str) or not re.fullmatch(
+        r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?",
+        value,
+    ):
+        raise ValueError(f"{value!r} is not a host name (write the name alone: no port, no scheme, no path)")
+    return value.lower().rstrip(".")
+
+
+HostName = Annotated[str, BeforeValidator(_host_name)]
+
+
 class RateLimitConfig(Base):
     """A token bucket: ``rate`` a second once ``burst`` seconds of it are spent (``admission.RateLimiter``)."""
 
@@ -668,6 +684,10 @@ class AdminConfig(Base):
     #: Who may use the console (the page at ``/``, ``/api/...``, ``sidecar tap`` and ``top``) besides loopback
     #: clients: address ranges. ``/metrics``, ``/config`` and the probes answer everyone, as before.
     console_allow: list[Cidr] = []
+    #: The names the console may be reached by, besides IP addresses and ``localhost``: a browser's request
+    #: under any other ``Host`` is refused (a page elsewhere whose name was made to resolve to this address,
+    #: DNS rebinding, may not read the console).
+    console_hosts: list[HostName] = []
 
 
 class TracesConfig(Base):

@@ -74,6 +74,7 @@ def test_the_rendered_config_passes_sidecar_check(values_file: Path | None, tmp_
     admin = yaml.safe_load(r.stdout)["admin"]
     assert admin["listen"] == "0.0.0.0:9901"  # the admin port on the pod's address, for probes and scrapes
     assert admin["console_allow"] == []  # the console for loopback (kubectl port-forward) only
+    assert admin["console_hosts"] == []  # under an IP address or localhost only
 
 
 @pytest.mark.parametrize("values_file", VALUES_FILES, ids=[p.stem for p in VALUES_FILES])
@@ -247,7 +248,8 @@ def test_the_grafana_dashboard_is_rendered_only_when_asked_with_the_label_grafan
     assert cm["metadata"]["labels"]["dashboards"] == "sre" and cm["metadata"]["namespace"] == "monitoring"
 
 
-def test_console_allow_reaches_the_sidecar_s_config() -> None:
-    values = {"consoleAllow": ["10.0.0.0/8"]}
+def test_console_allow_and_console_hosts_reach_the_sidecar_s_config() -> None:
+    values = {"consoleAllow": ["10.0.0.0/8"], "consoleHosts": ["sidecar.orders.svc"]}
     config = load_text(sidecar_config(objects(render(values))), {})
     assert config.admin.console_allow == ["10.0.0.0/8"] and config.admin.listen == "0.0.0.0:9901"
+    assert config.admin.console_hosts == ["sidecar.orders.svc"]

@@ -11,10 +11,11 @@ app.kubernetes.io/version: {{ .Values.image.tag | quote }}
 {{- end -}}
 
 {{/* The sidecar's config as YAML: values.config with the admin port bound on the pod's address, and who
-besides loopback clients may use its console (consoleAllow). */}}
+besides loopback clients may use its console (consoleAllow), under which names besides IPs and localhost
+(consoleHosts). */}}
 {{- define "retry-sidecar.configYaml" -}}
 {{- $cfg := deepCopy .Values.config -}}
-{{- $_ := set $cfg "admin" (dict "listen" (printf "0.0.0.0:%d" (int .Values.adminPort)) "console_allow" (.Values.consoleAllow | default list)) -}}
+{{- $_ := set $cfg "admin" (dict "listen" (printf "0.0.0.0:%d" (int .Values.adminPort)) "console_allow" (.Values.consoleAllow | default list) "console_hosts" (.Values.consoleHosts | default list)) -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 

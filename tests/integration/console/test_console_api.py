@@ -262,3 +262,62 @@ async def test_a_secret_of_the_config_never_shows_in_the_tap() -> None:
                 text = await r.text()
     assert token not in text
     assert json.loads(text)["records"][0]["route"] == "GET /users/<redacted>/orders"
+
+
+async def test_the_console_answers_requests_addressed_to_an_ip_or_localhost_or_a_name_in_console_hosts() -> (
+    None
+):
+    """DNS rebinding: a page at evil.example whose name was made to resolve to 127.0.0.1 sends its requests
+    from the browser on loopback, under its own Host; the console refuses them, as it does a request with two
+    Hosts. The probes and /metrics answer whatever the Host (the kubelet addresses the pod by IP)."""
+    async with scene() as s:
+        host, port = s.app.admin.address
+
+        async def status(path: str, *hosts: str) -> int:
+            reader, writer = await asyncio.open_connection(host, port)
+            head = "".join(f"Host: {h}\r\n" for h in hosts)
+            writer.write(f"GET {path} HTTP/1.1\r\n{head}Connection: close\r\n\r\n".encode())
+            line = await reader.readline()
+            await reader.read()
+            writer.close()
+            return int(line.split()[1])
+
+        for name in (
+            f"127.0.0.1:{port}",
+            "127.0.0.1",
+            f"[::1]:{port}",
+            f"localhost:{port}",
+            "LOCALHOST",
+            "a.localhost",
+        ):
+            assert await status("/api/state", name) == 200, name
+        assert await status("/api/state") == 200  # no Host at all (HTTP/1.0 tools): not a browser
+        for name in (
+            f"evil.example:{port}",
+            "evil.example",
+            "sidecar.orders.svc",
+            "[not-an-address]",
+            "127.0.0.1.nip.io",
+        ):
+            assert await status("/api/state", name) == 403, name
+            assert await status("/", name) == 403, name
+            assert await status("/healthz", name) == 200, name
+            assert await status("/metrics", name) == 200, name
+        assert await status("/api/state", "127.0.0.1", "evil.example") == 400
+
+        # a name the console may be reached by, applied by a reload
+        cfg = config([g.endpoint for g in s.good], console_hosts=["Sidecar.Orders.svc"])
+        cfg["admin"]["listen"] = s.app.config.admin.listen
+        assert s.app.apply(load_dict(cfg, {}))
+        assert await status("/api/state", f"sidecar.orders.svc:{port}") == 200
+        assert await status("/api/state", "evil.example") == 403
+
+
+def test_console_hosts_takes_names_and_names_the_bad_one() -> None:
+    assert load_text("admin: {console_hosts: ['Sidecar.Orders.svc.', 'pod-1']}", {}).admin.console_hosts == [
+        "sidecar.orders.svc",
+        "pod-1",
+    ]
+    with pytest.raises(ConfigError) as e:
+        load_text("admin: {console_hosts: ['ok.example', 'http://x.example', 'x.example:9901']}", {})
+    assert sorted(p for p, _ in e.value.errors) == ["admin.console_hosts[1]", "admin.console_hosts[2]"]
