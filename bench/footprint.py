@@ -19,7 +19,8 @@ way its memory and CPU time are read from this host's /proc for the sidecar's ow
 Each configuration is started ``--starts`` times (the figures are the median, the spread min..max). One
 start: exec ``sidecar run`` (or ``podman run``); poll ``/readyz`` every 2 ms until 200 (the time from exec to
 ready; and the CPU time the process used until then, which a busy machine disturbs less); wait a second;
-read ``VmRSS`` (idle RSS); send one request through each listener and read it again (RSS after one request
+read ``VmRSS`` (idle RSS; and ``RssAnon``, its private part: the rest is pages of files that every process
+mapping them shares); send one request through each listener and read it again (RSS after one request
 each: what was left for the first request to load shows here); for ``http``, then bench/http_overhead.py's
 load (wrk: 32 connections closed loop for ``--load`` seconds, then 10 connections paced at ~1,000
 requests/s) and ``VmHWM`` (peak RSS). Between starts, ``python -c pass`` is timed the same way (with
@@ -380,6 +381,7 @@ def one_start(
         out["cpu_s"] = cpu_s(sc.pid)
         time.sleep(1.0)  # let the loop settle (gc.freeze, the first lease) before reading memory
         out["idle_mb"] = status_mb(sc.pid, "VmRSS")
+        out["idle_anon_mb"] = status_mb(sc.pid, "RssAnon")
         log_at_ready = sc.log() if profile else ""
         protocols = list(REQUESTS) if name == "all" else [name]
         exports_before = up.exports() if name == "all" else 0
@@ -555,6 +557,15 @@ def table(
             "met": all(idle[n] is not None and idle[n] <= GOALS[n] for n in names),
         }
     )
+    anon, anon_sp = values("idle_anon_mb")
+    rows.append(
+        {
+            "metric": "... of which private (RssAnon: not file pages other processes share)",
+            "unit": "MB",
+            "values": anon,
+            "spread": anon_sp,
+        }
+    )
     after, after_sp = values("after_one_mb")
     rows.append(
         {"metric": "RSS after one request per listener", "unit": "MB", "values": after, "spread": after_sp}
@@ -615,7 +626,10 @@ def table(
     )
     notes = [
         "RSS: VmRSS of the `sidecar run` process (/proc/PID/status), shared libraries included; peak: VmHWM "
-        "after wrk's 32-connection closed loop and 10-connection paced run (bench/http_overhead.py's load).",
+        "after wrk's 32-connection closed loop and 10-connection paced run (bench/http_overhead.py's load). "
+        "RssAnon: its private pages (heap, Python objects, relocated data); the rest of VmRSS is the pages of "
+        "the interpreter's and extension modules' files it touched, which every process mapping the same "
+        "files (the same image's sidecars on a node) shares.",
         f"Heavy packages watched: {', '.join(HEAVY)}.",
     ]
     for n in names:
