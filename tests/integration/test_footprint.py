@@ -145,6 +145,37 @@ async def test_a_mongodb_listener_loads_the_bson_codec_and_not_the_driver(tmp_pa
             assert extension not in maps, f"{extension} is mapped into a sidecar compressing nothing"
 
 
+async def test_a_mongodb_listener_offering_compression_loads_pymongos_compression_with_the_first_compressed_command(
+    tmp_path: Path,
+) -> None:
+    """The listener's ``compressors`` are offered from the start; pymongo's compression support (and with it
+    the driver) is imported when a command arrives compressed, and the command is answered."""
+    from pymongo import AsyncMongoClient
+
+    from sidecar.testing.mongo import MongoTestServer
+
+    admin, port = free_port(), free_port()
+    cfg = tmp_path / "sidecar.yaml"
+    async with MongoTestServer("mongos") as up:
+        cfg.write_text(
+            f'admin: {{listen: "127.0.0.1:{admin}"}}\n'
+            f'upstreams:\n  db: {{endpoints: ["{up.endpoint}"]}}\n'
+            f'listeners:\n  - {{name: db, protocol: mongodb, listen: "127.0.0.1:{port}", upstream: db, '
+            "compressors: [zlib]}\n"
+        )
+        async with sidecar_run(cfg, admin) as sc:
+            assert not loads(sc.imported(), "pymongo")
+            client: AsyncMongoClient = AsyncMongoClient(
+                f"mongodb://127.0.0.1:{port}/?compressors=zlib", serverSelectionTimeoutMS=10_000
+            )
+            try:
+                await client.shop.things.insert_one({"n": 1})
+                assert (await client.shop.things.find_one({"n": 1}))["n"] == 1
+            finally:
+                await client.close()
+            assert loads(sc.imported(), "pymongo.compression_support")
+
+
 def test_check_validates_every_key_without_loading_a_part(tmp_path: Path) -> None:
     """``sidecar check`` of a config using every part (three protocols, traces, admission, fleet) loads none
     of them: the schema needs no protocol library, so every key is checked whatever is installed."""
