@@ -1,7 +1,8 @@
 """What one sidecar costs a pod: memory at rest, time to ready, memory under load, per configuration.
 
     .venv/bin/python bench/footprint.py [--starts 3] [--load 8] [--only http,grpc]   # the .venv's sidecar
-    .venv/bin/python bench/footprint.py --image localhost/retry-sidecar:dev --out footprint-image   # the image's
+    make image && bash -c '. deploy/ci/podman.sh && .venv/bin/python bench/footprint.py \
+        --image localhost/retry-sidecar:dev --out footprint-image'   # the image's (podman as make image runs it)
     .venv/bin/python bench/footprint.py --only http --load 0 --starts 7 --against OTHER/.venv --out footprint-start
 
 Configurations (issue 27), each a real ``sidecar run`` process, in front of real upstreams on 127.0.0.1
