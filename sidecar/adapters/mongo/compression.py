@@ -17,6 +17,7 @@ message that would inflate past it is refused without the memory being spent (a 
 
 from __future__ import annotations
 
+import functools
 import struct
 import sys
 from typing import Any
@@ -47,8 +48,9 @@ NEVER = frozenset(
 _HEAD = struct.Struct("<iiB")  # originalOpcode, uncompressedSize, compressorId
 
 
+@functools.cache
 def _support() -> Any:
-    """``pymongo.compression_support``, imported now if it was not yet."""
+    """``pymongo.compression_support``, imported with the first message compressed."""
     from pymongo import compression_support
 
     return compression_support
