@@ -202,13 +202,13 @@ _URI_KEYS: dict[str, tuple[str, ...] | None] = {
 def _uri_rules(tree: dict[str, Any]) -> ErrorList:
     """A key given both in an upstream's ``uri`` and explicitly is an error (which one would win is
     nobody's guess)."""
-    from .mongo_uri import parse
-
     errors: ErrorList = []
     upstreams = tree.get("upstreams") if isinstance(tree.get("upstreams"), dict) else {}
     for name, up in upstreams.items():
         if not isinstance(up, dict) or not isinstance(up.get("uri"), str):
             continue
+        from .mongo_uri import parse  # pymongo's parser: loaded only for a config with a uri (issue 27)
+
         try:
             u = parse(up["uri"])
         except ValueError:
