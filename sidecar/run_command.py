@@ -56,6 +56,7 @@ def main(argv: Sequence[str]) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     redact_logs(redactor(cfg))
+    _import_prometheus_client()
     from .app import serve
 
     try:
@@ -64,6 +65,20 @@ def main(argv: Sequence[str]) -> int:
         print(f"sidecar: cannot start: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _import_prometheus_client() -> None:
+    """prometheus_client without python-snappy: its exposition module imports snappy when installed, for
+    push-gateway compression the sidecar never uses, and snappy's cramjam is ~3 MB of RSS (issue 27). pymongo
+    imports snappy itself when a MongoDB listener or upstream uses that compressor."""
+    hide = "snappy" not in sys.modules
+    if hide:
+        sys.modules["snappy"] = None  # type: ignore[assignment]  # import snappy: ImportError
+    try:
+        import prometheus_client  # noqa: F401
+    finally:
+        if hide:
+            del sys.modules["snappy"]
 
 
 def run_loop(coro: Coroutine[Any, Any, None], use_uvloop: bool) -> None:

@@ -5,9 +5,9 @@ Removed: tests shipped inside packages, type stubs (``*.pyi``, ``py.typed`` stay
 of compiled extensions (``*.c``, ``*.h``, ``*.pyx``, ``*.pxd``, ``*.pxi``), and the bytecode (``.pyc``) of every
 module the sidecar does not import. Which modules it imports is found by doing it: a sidecar with every
 part of ``sidecar/parts.py`` in use (the three protocols, traces over both OTLP transports and the console,
-admission, a fleet-wide budget and rate, MongoDB authentication) is built, started and stopped in this
-process, the ``check`` and ``version`` commands' modules are imported, and what ``sys.modules`` then holds
-keeps its bytecode. A module outside that set (``sidecar demo``'s clients, ``sidecar simulate``, pydantic's v1
+admission, a fleet-wide budget and rate, a MongoDB upstream as a connection string with a login, every
+compressor) is built, started and stopped in this process, the ``check`` and ``version`` commands' modules
+are imported, and what ``sys.modules`` then holds keeps its bytecode. A module outside that set (``sidecar demo``'s clients, ``sidecar simulate``, pydantic's v1
 layer, pygments' lexers, ...) still imports: from its source, compiled in memory each time (the image's file
 system is read-only), which costs that command a moment at start. Debug symbols are stripped by the
 Dockerfile (``strip``), not here.
@@ -47,7 +47,8 @@ def every_part_config() -> dict:
                 "concurrency": {"mode": "probing"},
             },
             "rpc": {"endpoints": ["localhost:1"]},  # a name: the resolver (dnspython) is loaded
-            "db": {"endpoints": ["127.0.0.1:1"], "auth": {"username": "u", "password": "p"}},
+            # a connection string (pymongo's URI parser) with a login and every compressor
+            "db": {"uri": "mongodb://u:p@127.0.0.1:1/?compressors=snappy,zlib,zstd"},
         },
         "listeners": [
             {
@@ -70,6 +71,7 @@ def every_part_config() -> dict:
                 "listen": "127.0.0.1:0",
                 "upstream": "db",
                 "admission": "door",
+                "compressors": ["snappy", "zlib", "zstd"],
             },
         ],
     }
@@ -91,6 +93,13 @@ def import_what_the_sidecar_runs() -> None:
     config = load_dict(every_part_config(), {})
     effective_yaml(config)
     ScramClient("SCRAM-SHA-256", "u", "p")  # MongoDB authentication loads pymongo's SASLprep
+    from sidecar.adapters.mongo import compression, seeds, wire  # noqa: F401 - seeds: mongodb+srv://
+
+    message = wire.encode_msg(1, 0, 0, [(0, b"\x05\x00\x00\x00\x00")])
+    for name in sorted(compression.ALL):  # each compressor's library: loaded with the first message it packs
+        packed = compression.wrap(message, name)
+        header = wire.parse_header(packed, 1 << 20)
+        compression.unwrap(header, packed[wire.HEADER_SIZE :], 1 << 20, compression.ALL)
 
     async def start_and_stop() -> None:
         app = App(config)

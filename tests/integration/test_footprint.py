@@ -100,9 +100,12 @@ async def test_an_http_only_sidecar_loads_no_grpc_mongodb_redis_aiohttp_or_opent
             assert loads(modules, "sidecar.adapters.http"), "the import record is read"
             assert loaded_heavy(modules) == [], f"an HTTP-only config loaded {loaded_heavy(modules)}"
             assert not loads(modules, "typer")  # the CLI framework parses the other commands, not run
+            assert not loads(modules, "importlib.metadata")  # pydantic's plugin loader (entry.py)
             maps = sc.mapped()
             assert "httptools" in maps  # the extension modules it uses are mapped ...
-            for extension in ("cygrpc", "_cbson", "_cmessage", "aiohttp", "_pydantic_core"):
+            # cramjam: python-snappy's, which prometheus_client imports when installed (run_command.py)
+            absent = ("cygrpc", "_cbson", "_cmessage", "aiohttp", "cramjam", "cryptography")
+            for extension in (*absent, "_pydantic_core"):
                 if extension == "_pydantic_core":
                     assert extension in maps  # ... the config's validator included
                 else:
@@ -136,7 +139,41 @@ async def test_a_mongodb_listener_loads_the_bson_codec_and_not_the_driver(tmp_pa
         f'listeners:\n  - {{name: db, protocol: mongodb, listen: "127.0.0.1:{port}", upstream: db}}\n'
     )
     async with sidecar_run(cfg, admin) as sc:
-        assert loaded_heavy(sc.imported()) == ["bson"]
+        assert loaded_heavy(sc.imported()) == ["bson"]  # no pymongo: compression and mongodb+srv:// need it
+        maps = sc.mapped()
+        for extension in ("cramjam", "cryptography", "_cmessage"):
+            assert extension not in maps, f"{extension} is mapped into a sidecar compressing nothing"
+
+
+async def test_a_mongodb_listener_offering_compression_loads_pymongos_compression_with_the_first_compressed_command(
+    tmp_path: Path,
+) -> None:
+    """The listener's ``compressors`` are offered from the start; pymongo's compression support (and with it
+    the driver) is imported when a command arrives compressed, and the command is answered."""
+    from pymongo import AsyncMongoClient
+
+    from sidecar.testing.mongo import MongoTestServer
+
+    admin, port = free_port(), free_port()
+    cfg = tmp_path / "sidecar.yaml"
+    async with MongoTestServer("mongos") as up:
+        cfg.write_text(
+            f'admin: {{listen: "127.0.0.1:{admin}"}}\n'
+            f'upstreams:\n  db: {{endpoints: ["{up.endpoint}"]}}\n'
+            f'listeners:\n  - {{name: db, protocol: mongodb, listen: "127.0.0.1:{port}", upstream: db, '
+            "compressors: [zlib]}\n"
+        )
+        async with sidecar_run(cfg, admin) as sc:
+            assert not loads(sc.imported(), "pymongo")
+            client: AsyncMongoClient = AsyncMongoClient(
+                f"mongodb://127.0.0.1:{port}/?compressors=zlib", serverSelectionTimeoutMS=10_000
+            )
+            try:
+                await client.shop.things.insert_one({"n": 1})
+                assert (await client.shop.things.find_one({"n": 1}))["n"] == 1
+            finally:
+                await client.close()
+            assert loads(sc.imported(), "pymongo.compression_support")
 
 
 def test_check_validates_every_key_without_loading_a_part(tmp_path: Path) -> None:

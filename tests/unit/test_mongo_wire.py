@@ -134,3 +134,17 @@ def test_patching_any_document_only_changes_max_time(doc: dict) -> None:
     out = bson.decode(set_number(raw, "maxTimeMS", 42))
     assert out.pop("maxTimeMS") == 42
     assert out == bson.decode(raw)
+
+
+def test_the_compressor_ids_are_pymongos() -> None:
+    """compression.py names the Wire Compression spec's ids itself (importing pymongo's module loads the whole
+    driver, issue 27): they are the ones pymongo's contexts use."""
+    from pymongo.compression_support import SnappyContext, ZlibContext, ZstdContext
+
+    from sidecar.adapters.mongo import compression
+
+    assert {
+        "snappy": SnappyContext.compressor_id,
+        "zlib": ZlibContext.compressor_id,
+        "zstd": ZstdContext.compressor_id,
+    } == compression.IDS

@@ -1,5 +1,8 @@
 """OP_COMPRESSED (2012): wire compression with snappy, zlib or zstd, through the libraries pymongo itself
 uses and pymongo's own bounded decompression (``pymongo.compression_support``). Pure: bytes in, bytes out.
+pymongo's module is imported with the first message compressed either way: importing any of pymongo loads
+the whole driver (and cryptography: ~15 MB of RSS), which a listener and an upstream that compress nothing
+never need (issue 27).
 
 Each side negotiates on its own in its ``hello`` (:func:`negotiate`): the app side from the listener's
 ``compressors``, the upstream side from the upstream's (its URI's ``compressors``); a compressed app and an
@@ -14,20 +17,15 @@ message that would inflate past it is refused without the memory being spent (a 
 
 from __future__ import annotations
 
+import functools
 import struct
 import sys
 from typing import Any
 
-from pymongo.compression_support import SnappyContext, ZlibContext, ZstdContext, decompress
-from pymongo.errors import ProtocolError as DriverProtocolError
-
 from . import wire
 
-IDS = {
-    "snappy": SnappyContext.compressor_id,
-    "zlib": ZlibContext.compressor_id,
-    "zstd": ZstdContext.compressor_id,
-}
+#: The compressor ids of the Wire Compression spec (pymongo's ``*Context.compressor_id``: a unit test checks).
+IDS = {"snappy": 1, "zlib": 2, "zstd": 3}
 NAMES = {v: k for k, v in IDS.items()}
 ALL = frozenset(IDS)
 #: Never compressed (the Wire Compression spec: the handshake and authentication).
@@ -48,6 +46,14 @@ NEVER = frozenset(
     }
 )
 _HEAD = struct.Struct("<iiB")  # originalOpcode, uncompressedSize, compressorId
+
+
+@functools.cache
+def _support() -> Any:
+    """``pymongo.compression_support``, imported with the first message compressed."""
+    from pymongo import compression_support
+
+    return compression_support
 
 
 def negotiate(ours: list[str] | tuple[str, ...], theirs: object) -> list[str]:
@@ -79,8 +85,8 @@ def unwrap(
     if op == wire.OP_COMPRESSED:
         raise wire.ProtocolError("OP_COMPRESSED inside OP_COMPRESSED")
     try:
-        inflated = decompress(memoryview(payload)[_HEAD.size :], cid, size)
-    except (DriverProtocolError, ValueError, OSError, Exception) as e:  # each library raises its own
+        inflated = _support().decompress(memoryview(payload)[_HEAD.size :], cid, size)
+    except Exception as e:  # each library raises its own (pymongo's ProtocolError, ValueError, OSError, ...)
         raise wire.ProtocolError(f"OP_COMPRESSED ({name}) does not inflate: {e}") from None
     if len(inflated) != size:
         raise wire.ProtocolError(
@@ -113,9 +119,9 @@ def wrap(message: bytes, compressor: str, zlib_level: int = -1) -> bytes:
     body = message[wire.HEADER_SIZE :]
     cid = IDS[compressor]
     if compressor == "zlib":
-        packed = ZlibContext(zlib_level).compress(body)
+        packed = _support().ZlibContext(zlib_level).compress(body)
     elif compressor == "snappy":
-        packed = SnappyContext.compress(body)
+        packed = _support().SnappyContext.compress(body)
     else:
         packed = _zstd(body)
     head = _HEAD.pack(op, len(body), cid)

@@ -19,7 +19,7 @@ import ipaddress
 import itertools
 import logging
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bson.errors import BSONError
 from bson.raw_bson import RawBSONDocument
@@ -39,9 +39,11 @@ from .login import AppUser, AppUsers, Login, LoginFailed
 from .pinning import Pins
 from .request import Shared, end_sessions, forward
 from .scram import ScramFailure
-from .seeds import SrvSeeds
 from .topology import Topology
 from .upstream import Logins, Settings
+
+if TYPE_CHECKING:
+    from .seeds import SrvSeeds
 
 log = logging.getLogger("sidecar.mongo")
 
@@ -61,6 +63,8 @@ class MongoListener:
         uri = ucfg.mongo_uri
         self._seeds: SrvSeeds | None = None
         if uri is not None and uri.srv is not None:
+            from .seeds import SrvSeeds  # dnspython: imported for a mongodb+srv:// upstream only (issue 27)
+
             self._seeds = SrvSeeds(config.upstream, uri, lambda: services.discovery.resolver, services.rand)
         settings = Settings.from_config(ucfg)
         if self._seeds is not None:
