@@ -22,7 +22,15 @@ from ...policy import SendAttempt
 from ...runtime import AttemptContext, AttemptResult
 from ...telemetry.observer import RequestObserver
 from .answer import CLIENT_GONE_STATUS, second_message
-from .classify import CLIENT_GONE, CODE_NUMBER, CODE_OF_NUMBER, LOST, SECOND_MESSAGE, GrpcClassifier, UpstreamStatus
+from .classify import (
+    CLIENT_GONE,
+    CODE_NUMBER,
+    CODE_OF_NUMBER,
+    LOST,
+    SECOND_MESSAGE,
+    GrpcClassifier,
+    UpstreamStatus,
+)
 from .downstream import Downstream
 from .metadata import attempt_metadata
 from .replay import EOF, RequestStream
