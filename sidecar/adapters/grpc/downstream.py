@@ -35,6 +35,7 @@ from ...admission.refusal import Refusal
 from ...telemetry import RequestObserver
 from ..transitions import InvalidTransition
 from .answer import Answer, refused, response_headers
+from .classify import CODE_NUMBER
 
 log = logging.getLogger("sidecar.grpc")
 
@@ -100,7 +101,7 @@ class Downstream:
         previous = self._inflight
         if previous is not None and not previous.done():  # (the owner sends in order: only after a cancel)
             await asyncio.wait((previous,))
-        fut = self._inflight = asyncio.ensure_future(op)
+        fut = self._inflight = asyncio.get_running_loop().create_task(op)
         await asyncio.shield(fut)  # cancelled, the caller stops waiting; the operation itself runs on
 
     async def close(self) -> None:
@@ -128,7 +129,7 @@ class Downstream:
                 self.context.set_details(ans.details)
         except Exception as e:  # noqa: BLE001 - a server call that already ended refuses them
             log.debug("the client is gone before its status: %r", e)
-        obs.set_attribute("rpc.grpc.status_code", ans.code.value[0])
+        obs.set_attribute("rpc.grpc.status_code", CODE_NUMBER[ans.code])
         if end:
             obs.end(None if ans.code is grpc.StatusCode.OK else ans.code.name)
 

@@ -62,6 +62,8 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     way = _way(shared, route.policy)
     door = way.door
     down = Downstream(context)  # the client's side of the call: what goes to it, refusals included
+    header = pc.deadline.header
+    from_header = first_value(incoming, header)  # the deadline header's value, if the client sent it
     begun = await enter(
         services,
         way,
@@ -69,7 +71,7 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
         name=route.name,
         client=peer_host(context.peer()) if door is not None and door.exemptions else "",  # (exempt_cidrs)
         arrival=asyncio.get_running_loop().time(),
-        received=_received_timeout(context, incoming, pc.deadline.header),
+        received=_received_timeout(context, from_header),
         cap=route.timeout_cap,  # a service config's timeout, applied as the client's own deadline
         exempt=method.startswith(HEALTH),
         kind=ticket_kind(method, tickets.config.read_methods) if tickets is not None else Kind.WRITE,
@@ -86,7 +88,9 @@ async def proxy(shared: Shared, method: str, context: grpc.aio.ServicerContext) 
     stream: RequestStream | None = None
     try:
         stream = _stream(shared, context, pc.replay_buffer, obs)
-        attempter = _attempter(shared, method, route, pc, incoming, stream, down, obs)
+        attempter = _attempter(
+            shared, method, route, pc, incoming, from_header is not None, stream, down, obs
+        )
         delivery = await drive(begun.call, attempter, obs, stream.driven_by, begun.gate)
         await down.close()  # grpc sends the status when we return: nothing may be in flight beside it
         down.deliver(_answer(shared, delivery, pc.give_up_pushback, obs), obs)
@@ -120,6 +124,7 @@ def _attempter(
     route: Route,
     pc: PolicyConfig,
     incoming: list[tuple[str, Any]],
+    has_header: bool,
     stream: RequestStream,
     down: Downstream,
     obs: RequestObserver,
@@ -135,7 +140,7 @@ def _attempter(
         downstream=down,
         classifier=_classifier(shared, route.policy, pc),
         observer=obs,
-        deadline_header=header if _has(incoming, header) else None,
+        deadline_header=header if has_header else None,
         single_request=route.single_request,
     )
 
@@ -174,22 +179,14 @@ def peer_host(peer: str | None) -> str:
     return ""
 
 
-def _received_timeout(
-    context: grpc.aio.ServicerContext, incoming: list[tuple[str, Any]], header: str
-) -> float | None:
-    """The sooner of the client's ``grpc-timeout`` and the deadline header, if either is there."""
-    found = []
+def _received_timeout(context: grpc.aio.ServicerContext, header_value: str | None) -> float | None:
+    """The sooner of the client's ``grpc-timeout`` and the deadline header (its value, if sent)."""
     remaining = context.time_remaining()
-    if remaining is not None and remaining < MAX_TIMEOUT_S:
-        found.append(max(0.0, remaining))
-    from_header = parse_timeout_ms(first_value(incoming, header))
-    if from_header is not None:
-        found.append(from_header)
-    return min(found) if found else None
-
-
-def _has(incoming: list[tuple[str, Any]], header: str) -> bool:
-    return first_value(incoming, header) is not None
+    sent = None if remaining is None or remaining >= MAX_TIMEOUT_S else max(0.0, remaining)
+    from_header = parse_timeout_ms(header_value) if header_value is not None else None
+    if from_header is None:
+        return sent
+    return from_header if sent is None else min(sent, from_header)
 
 
 def _way(shared: Shared, policy: str) -> Way:

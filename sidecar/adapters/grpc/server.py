@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
+from collections.abc import Awaitable, Callable
 
 import grpc
 
@@ -34,13 +34,17 @@ class _AnyMethod(grpc.GenericRpcHandler):
         if h is None:
             if len(self._handlers) >= _HANDLER_CACHE_LIMIT:
                 self._handlers.clear()
-            h = self._handlers[method] = grpc.stream_stream_rpc_method_handler(
-                functools.partial(self._handle, method)
-            )
+            h = self._handlers[method] = grpc.stream_stream_rpc_method_handler(self._handler_of(method))
         return h
 
-    async def _handle(self, method: str, request_iterator: object, context: grpc.aio.ServicerContext) -> None:
-        await proxy(self.shared, method, context)
+    def _handler_of(self, method: str) -> Callable[[object, grpc.aio.ServicerContext], Awaitable[None]]:
+        """The method's handler: a coroutine function of its own (grpc.aio inspects the handler on every
+        call, and a plain function is the cheapest to inspect; a ``functools.partial`` is unwrapped)."""
+
+        async def handle(request_iterator: object, context: grpc.aio.ServicerContext) -> None:
+            await proxy(self.shared, method, context)
+
+        return handle
 
 
 def _channels(config: GrpcListenerConfig, upstream: UpstreamRuntime) -> Channels:
