@@ -22,15 +22,7 @@ from ...policy import SendAttempt
 from ...runtime import AttemptContext, AttemptResult
 from ...telemetry.observer import RequestObserver
 from .answer import CLIENT_GONE_STATUS, second_message
-from .classify import (
-    CLIENT_GONE,
-    CODE_NUMBER,
-    CODE_OF_NUMBER,
-    LOST,
-    SECOND_MESSAGE,
-    GrpcClassifier,
-    UpstreamStatus,
-)
+from .classify import CLIENT_GONE, CODE_NUMBER, LOST, SECOND_MESSAGE, GrpcClassifier, UpstreamStatus
 from .downstream import Downstream
 from .metadata import attempt_metadata
 from .replay import EOF, RequestStream
@@ -128,8 +120,7 @@ class Attempter:
     ) -> AttemptResult:
         n = cmd.attempt
         responded = False
-        core = _core(call)
-        initial = await (core.initial_metadata() if core is not None else call.initial_metadata())
+        initial = await call.initial_metadata()
         if initial:
             lost = await self._respond(call, ctx, initial, n)
             if lost is not None:
@@ -156,7 +147,11 @@ class Attempter:
         if first_status:
             code, details, trailing = first_status[0]
         elif call.done():  # (the usual case: read at once, without three awaits)
-            code, details, trailing = _status(call, core)
+            code, details, trailing = (
+                _ready(call.code()),
+                _ready(call.details()),
+                _ready(call.trailing_metadata()),
+            )
         else:
             code, details, trailing = await call.code(), await call.details(), await call.trailing_metadata()
         trailing = tuple(trailing or ())
@@ -185,31 +180,12 @@ def _watch_status(call: Any) -> list:
         if box:
             return
         try:  # runs inside grpc's status handling: never raise there
-            box.append(_status(c, _core(c)))
+            box.append((_ready(c.code()), _ready(c.details()), _ready(c.trailing_metadata())))
         except Exception:  # noqa: BLE001 - then the status is read the ordinary way
             log.debug("could not keep the first status of a call", exc_info=True)
 
     call.add_done_callback(done)
     return box
-
-
-def _core(call: Any) -> Any:
-    """grpc.aio's Cython call under ``call`` (``None`` if this grpcio has none). Its ``initial_metadata()``
-    and ``status()`` are what grpc.aio's public accessors read, without wrapping the metadata in a
-    ``Metadata`` object each time or taking a coroutine per field: ~20k instructions a call
-    (``bench/grpc_instructions.py``). The public accessors remain the way when it is not there."""
-    core = getattr(call, "_cython_call", None)
-    if core is None or not hasattr(core, "status") or not hasattr(core, "initial_metadata"):
-        return None
-    return core
-
-
-def _status(call: Any, core: Any) -> tuple[Any, Any, Any]:
-    """A finished call's code, details and trailing metadata, read at once."""
-    if core is None:
-        return _ready(call.code()), _ready(call.details()), _ready(call.trailing_metadata())
-    status = _ready(core.status())
-    return CODE_OF_NUMBER[status.code()], status.details(), status.trailing_metadata()
 
 
 def _ready(coro: Coroutine[Any, Any, Any]) -> Any:

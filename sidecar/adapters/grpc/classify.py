@@ -32,7 +32,6 @@ C = OutcomeClass
 CODE_BY_NAME = {c.name: c for c in grpc.StatusCode}
 #: Each code's number (``StatusCode.value[0]`` is an enum property, looked up in Python on every read).
 CODE_NUMBER: dict[grpc.StatusCode, int] = {c: c.value[0] for c in grpc.StatusCode}
-CODE_OF_NUMBER: dict[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.StatusCode}
 
 #: The attempts the sidecar ends itself (never retried: each is the end of its call or of a lost hedge).
 LOST = Outcome(C.FATAL, detail="another attempt answered first")
