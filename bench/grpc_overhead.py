@@ -106,6 +106,24 @@ async def _floor(port: int, upstream: int, form: str) -> None:
     def request_md(context: grpc.aio.ServicerContext) -> tuple:
         return tuple((m.key, m.value) for m in context.invocation_metadata() or () if m.key not in own)
 
+    async def relay(
+        call: grpc.aio.UnaryStreamCall | grpc.aio.StreamStreamCall, context: grpc.aio.ServicerContext
+    ) -> None:
+        """The upstream call's answer passed on: its headers, every message, its trailers and status."""
+        try:
+            initial = await call.initial_metadata()
+            if initial:
+                await context.send_initial_metadata(initial)
+            while (msg := await call.read()) is not grpc.aio.EOF:
+                await context.write(msg)
+        except grpc.aio.AioRpcError:
+            pass
+        context.set_trailing_metadata(await call.trailing_metadata() or ())
+        context.set_code(await call.code())
+        details = await call.details()
+        if details:
+            context.set_details(details)
+
     async def unary(method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         mc = callables.get(method) or callables.setdefault(method, channel.unary_unary(method))
         call = mc(request, metadata=request_md(context), timeout=context.time_remaining())  # type: ignore[operator]
@@ -151,19 +169,7 @@ async def _floor(port: int, upstream: int, form: str) -> None:
     async def unary_stream(method: str, request: bytes, context: grpc.aio.ServicerContext) -> None:
         mc = callables.get(method) or callables.setdefault(method, channel.unary_stream(method))
         call = mc(request, metadata=request_md(context), timeout=context.time_remaining())  # type: ignore[operator]
-        try:
-            initial = await call.initial_metadata()
-            if initial:
-                await context.send_initial_metadata(initial)
-            while (msg := await call.read()) is not grpc.aio.EOF:
-                await context.write(msg)
-        except grpc.aio.AioRpcError:
-            pass
-        context.set_trailing_metadata(await call.trailing_metadata() or ())
-        context.set_code(await call.code())
-        details = await call.details()
-        if details:
-            context.set_details(details)
+        await relay(call, context)
 
     async def one(method: str, requests: object, context: grpc.aio.ServicerContext) -> None:
         """``unary_requests``' rules at their cheapest: any call shape is served (a stream-stream
@@ -183,19 +189,7 @@ async def _floor(port: int, upstream: int, form: str) -> None:
             if await context.read() is not grpc.aio.EOF:
                 call.cancel()
                 await context.abort(grpc.StatusCode.INTERNAL, "a second request message")
-        try:
-            initial = await call.initial_metadata()
-            if initial:
-                await context.send_initial_metadata(initial)
-            while (msg := await call.read()) is not grpc.aio.EOF:
-                await context.write(msg)
-        except grpc.aio.AioRpcError:
-            pass
-        context.set_trailing_metadata(await call.trailing_metadata() or ())
-        context.set_code(await call.code())
-        details = await call.details()
-        if details:
-            context.set_details(details)
+        await relay(call, context)
 
     class Any(grpc.GenericRpcHandler):
         def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
