@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# pip says errors only (-qq): a machine's pip configuration (an extra index lacking most packages) would
+# otherwise print a warning per package on a fresh install; a failed install still stops with pip's error.
+PIP    := $(BIN)/python -m pip install -qq
 
 .PHONY: install test unit integration demo lint bench lock clean image image-test
 
@@ -14,16 +17,16 @@ install: $(STAMP)
 
 $(STAMP): requirements-dev.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --require-hashes -r requirements-dev.lock
-	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(PIP) --upgrade pip
+	$(PIP) --require-hashes -r requirements-dev.lock
+	$(PIP) --no-deps -e .
 	@touch $(STAMP)
 
 # An older pymongo beside the lock's, for the MongoDB differential suite (tests/compat/mongo).
 PYMONGO_OLD := $(VENV)/pymongo-4.16
 $(PYMONGO_OLD)/.installed: tests/compat/mongo/pymongo-4.16.txt $(STAMP)
 	rm -rf $(PYMONGO_OLD)
-	$(BIN)/python -m pip install --quiet --require-hashes --no-deps --target $(PYMONGO_OLD) -r $<
+	$(PIP) --require-hashes --no-deps --target $(PYMONGO_OLD) -r $<
 	@touch $@
 
 test: install $(PYMONGO_OLD)/.installed redis-server
