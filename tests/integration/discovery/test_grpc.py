@@ -17,7 +17,7 @@ from sidecar.testing.dns_server import DnsServer
 from sidecar.testing.grpc_upstream import GrpcUpstream, Step, fail
 from tests.metrics import metric, until
 
-from ..tls import self_signed
+from ..tls import server_certificate
 from .conftest import HOSTS, addresses, connections_to, on_one_port, resolutions, running, sidecar_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -134,7 +134,7 @@ async def test_an_address_replaced_in_dns_drains_and_its_channel_closes(
 
 
 async def test_the_name_is_the_authority_tls_verifies(dns: DnsServer, tmp_path: Path) -> None:
-    cert, key = self_signed(tmp_path, "shards.test", "DNS:shards.test")  # valid for the name only
+    cert, key = server_certificate(tmp_path, "shards.test", "DNS:shards.test")  # valid for the name only
     ups = await upstreams(tls=(key.read_bytes(), cert.read_bytes()))
     port = ups[0].port
     await dns.set("shards.test", list(HOSTS))

@@ -5,12 +5,12 @@ from __future__ import annotations
 from sidecar.testing.http_upstream import FaultyUpstream
 from sidecar.testing.redis_server import RedisServer
 from tests.integration.fleet.fleet_sidecars import fleet, fleet_config, link, new_prefix
-from tests.integration.tls import self_signed
+from tests.integration.tls import server_certificate
 from tests.metrics import metric
 
 
 async def test_settles_over_tls_with_a_password(redis_binary, tmp_path):
-    cert, key = self_signed(tmp_path, "127.0.0.1", "IP:127.0.0.1")
+    cert, key = server_certificate(tmp_path, "127.0.0.1", "IP:127.0.0.1")
     with RedisServer(password="s3cret pass", tls=(cert, key)) as server:
         assert server.url.startswith("rediss://")
         async with FaultyUpstream() as up:

@@ -11,13 +11,13 @@ from sidecar.app import App
 from sidecar.config import load_dict
 from sidecar.testing.grpc_upstream import GrpcUpstream
 
-from ..tls import self_signed
+from ..tls import server_certificate
 from .conftest import config, sidecar
 
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    crt, key = self_signed(tmp_path_factory.mktemp("tls"), "upstream.test", "DNS:upstream.test")
+    crt, key = server_certificate(tmp_path_factory.mktemp("tls"), "upstream.test", "DNS:upstream.test")
     return key, crt
 
 

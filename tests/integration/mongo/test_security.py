@@ -10,7 +10,7 @@ import pytest
 
 from sidecar.testing.mongo import MongoTestServer
 
-from ..tls import self_signed
+from ..tls import server_certificate
 from .conftest import config, in_thread, sidecar
 
 SECRET = "s3cr3t-Pa55,word="
@@ -49,7 +49,7 @@ async def test_wrong_credentials_reach_the_app_as_a_clear_error(caplog: pytest.L
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return self_signed(tmp_path_factory.mktemp("tls"), "localhost", "IP:127.0.0.1,DNS:localhost")
+    return server_certificate(tmp_path_factory.mktemp("tls"), "localhost", "IP:127.0.0.1,DNS:localhost")
 
 
 async def test_tls_to_the_upstream_verified_against_a_ca_file(certificate: tuple[Path, Path]) -> None:
