@@ -13,6 +13,10 @@ sidecar in both forms (``sidecar``: every call as a stream; ``unary``: ``unary_r
 printed beside each count. Needs valgrind (``apt-get install -y valgrind``); takes a few minutes.
 
     .venv/bin/python bench/grpc_instructions.py [--calls 2000] [--concurrency 8] [--targets ...]
+        [--main-thread] [--keep DIR]
+
+``--keep DIR`` leaves callgrind's files there: ``callgrind_annotate --inclusive=yes DIR/sidecar.cg*-01``
+reads where the loop thread's instructions go.
 """
 
 from __future__ import annotations
@@ -113,6 +117,9 @@ def main() -> int:
         "--targets", default=",".join(TARGETS), help="comma-separated subset of " + ",".join(TARGETS)
     )
     ap.add_argument("--main-thread", action="store_true", help="count the event loop's thread alone")
+    ap.add_argument(
+        "--keep", type=Path, help="keep callgrind's files in this directory (for callgrind_annotate)"
+    )
     args = ap.parse_args()
     missing = [t for t in ("valgrind", "callgrind_control") if shutil.which(t) is None]
     if missing:
@@ -121,6 +128,8 @@ def main() -> int:
     names = [t for t in TARGETS if t in args.targets.split(",")]
     per_call: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        out_dir = args.keep or Path(tmp)
+        out_dir.mkdir(parents=True, exist_ok=True)
         up_port = free_port()
         upstream = start(
             [PY, str(Path(__file__).parent / "grpc_overhead.py"), "upstream", str(up_port)], cpu=1
@@ -130,7 +139,7 @@ def main() -> int:
             for name in names:
                 port = free_port()
                 proc = (MainThread if args.main_thread else Callgrind)(
-                    name, proxy_command(name, port, up_port, Path(tmp)), port, Path(tmp) / f"{name}.cg", 180
+                    name, proxy_command(name, port, up_port, Path(tmp)), port, out_dir / f"{name}.cg", 180
                 )
                 try:
                     calls(port, WARMUP, args.concurrency)  # connections, caches, the first call of each kind

@@ -96,8 +96,7 @@ class Attempter:
                 return _second_message(self.method)  # grpc raised it from the call the writer cancelled
             raise
         finally:
-            if not writer.done():
-                writer.cancel()
+            self.request.stop(cmd.attempt, writer)  # (a read of the client in flight finishes first)
         if one is not None and one.second_message:
             return _second_message(self.method)
         return result

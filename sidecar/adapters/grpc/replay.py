@@ -1,22 +1,29 @@
 """The client's request messages: forwarded as they arrive, kept for replay (A6 "buffered RPCs").
 
-Every call, whatever its shape, is forwarded as a stream: a pump task reads the client into a
-:class:`RequestStream` from the start, and each attempt's writer sends what is buffered, then follows live
-messages, then half-closes once the client did. Nothing waits for more of the request than has arrived: a
-client that sends one message and waits for the answer (interactive bidi calls), or sends none until the
-server speaks, is forwarded at once.
+Every call, whatever its shape, is forwarded as a stream: each attempt's writer sends what the
+:class:`RequestStream` holds, then follows live messages, then half-closes once the client did. The client
+is read by a writer, not a task of its own: the one that has sent everything there is reads the next
+message (one read out at a time), keeps it, and sends it on; another writer (a hedge, a retry replaying)
+waits for it. For the usual call, one attempt, that is one task doing what a pump and a writer did. Nothing
+waits for more of the request than has arrived: a client that sends one message and waits for the answer
+(interactive bidi calls), or sends none until the server speaks, is forwarded at once. While no attempt is
+out (before the first, a backoff wait), nothing is read: the client waits on grpc's flow control.
+
+A writer whose attempt ends while it reads the client is not cancelled (a read abandoned half-way would
+lose its message): it finishes that read, keeps the message for the attempts after it, and stops
+(:meth:`RequestStream.stop`); any other writer is cancelled at once.
 
 The messages are kept in the adapters' shared :class:`~sidecar.adapters.replay.ReplayBuffer` (positions:
 the n-th message has position n). While the stream is replayable it is held whole, up to ``limit`` bytes.
 When it outgrows the limit while an attempt is sending it, it is sealed (the writer's ``on_overflow``: the
 engine hears ``buffer_exceeded``; the stream's: telemetry counts it): no further attempt may start, and
-messages are dropped once every live writer has sent them. A commit seals it too. While no
-attempt is out (a backoff wait), the pump stops reading rather than overflow, so the next attempt still has
-the whole request. Once sealed, the pump reads only while less than ``limit`` bytes wait to be sent
-(backpressure on the client instead of unbounded memory).
+messages are dropped once every live writer has sent them. A commit seals it too. Over the limit with no
+attempt out, nothing more is read, so the next attempt still has the whole request (and seals it). Once
+sealed, the client is read only while less than ``limit`` bytes wait to be sent (backpressure on the client
+instead of unbounded memory).
 
 Every message held counts against the process-wide buffer budget (``limits.max_buffered_bytes``,
-``buffer_budget.py``) until it is dropped: while the budget is full, the pump reads no more (grpcio hands
+``buffer_budget.py``) until it is dropped: while the budget is full, the client is not read (grpcio hands
 messages over whole, so the budget is passed by one message at most per call), and the call's own deadline
 ends a call that stays stalled.
 
@@ -24,9 +31,9 @@ ends a call that stays stalled.
 client has half-closed and a writer has sent the whole request upstream (the engine's ``RequestComplete``:
 per-try timeouts start then).
 
-``close`` ends the stream with its call: the messages are let go, and a writer still out (its attempt's
-cancel is on its way) sends nothing more, neither a message nor the half-close, once its write in flight
-returns.
+``close`` ends the stream with its call: the messages are let go, a read of the client still out is
+cancelled, and a writer still out (its attempt's cancel is on its way) sends nothing more, neither a message
+nor the half-close, once its write in flight returns.
 """
 
 from __future__ import annotations
@@ -51,11 +58,12 @@ EOF = grpc.aio.EOF
 
 
 class _Writer:
-    __slots__ = ("position", "on_overflow")
+    __slots__ = ("position", "on_overflow", "stopped")
 
     def __init__(self, position: int, on_overflow: Callable[[], None]) -> None:
         self.position = position
         self.on_overflow = on_overflow
+        self.stopped = False  # its attempt ended while it was reading the client (``stop``)
 
 
 class RequestStream:
@@ -72,33 +80,42 @@ class RequestStream:
         self._ticket: int | None = None  # waiting for the budget to have room
         self.kept = ReplayBuffer(limit, budget=budget)
         self.eof = False
+        self.broken = False  # reading the client failed: nothing more is read (and no half-close sent)
         self.overflowed = False
         self.closed = False  # the call is over: nothing more goes upstream
         self._on_overflow = on_overflow
         self._on_complete = on_complete
         self._writers: dict[int, _Writer] = {}
         self._waiters: list[asyncio.Future[None]] = []
-        self._pump: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(self._run_pump())
+        self._reader: asyncio.Task[Any] | None = None  # the writer's task whose read of the client is out
 
     @property
     def replayable(self) -> bool:
         return self.kept.replayable
 
-    # -- the pump: client -> buffer --------------------------------------------------------------------
-    async def _run_pump(self) -> None:
-        while True:
-            if not self._room():
-                await self._until(self._room)
-            try:
-                msg = await self._read()
-            except Exception as e:  # noqa: BLE001 - the client's stream broke: never half-close for it
-                log.debug("reading the client's request stream failed: %r", e)
-                return
-            if msg is EOF:
-                self.eof = True
-                self._changed()
-                return
-            self._append(msg)
+    # -- reading the client: by the writer at the live edge ---------------------------------------------
+    def _may_read(self) -> bool:
+        """A writer that has sent everything there is may read the client's next message: when no other
+        read is out, the client has not half-closed, and there is room (``_room``)."""
+        return self._reader is None and not self.eof and not self.broken and self._room()
+
+    async def _read_one(self) -> None:
+        """Read the client's next message into the buffer (or its half-close). The read is not abandoned
+        half-way: a writer reading when its attempt ends is let finish (``stop``), so no message is lost."""
+        self._reader = asyncio.current_task()
+        try:
+            msg = await self._read()
+        except Exception as e:  # noqa: BLE001 - the client's stream broke: never half-close for it
+            log.debug("reading the client's request stream failed: %r", e)
+            self.broken = True
+            return
+        finally:
+            self._reader = None
+        if msg is EOF:
+            self.eof = True
+            self._changed()
+            return
+        self._append(msg)
 
     def _append(self, msg: bytes) -> None:
         self.kept.add(msg)
@@ -172,13 +189,33 @@ class RequestStream:
                         done, self._on_complete = self._on_complete, None
                         done()
                     return
-                await self._wait()
-                if self.over():
-                    return
+                if self._may_read():
+                    await self._read_one()
+                    if self.over() or w.stopped:
+                        return
+                else:
+                    await self._wait()  # another writer's read, room in the budget or the buffer
+                    if self.over():
+                        return
         finally:
             self._writers.pop(attempt, None)
             if not kept.replayable:
                 self._trim()
+
+    def stop(self, attempt: int, writer: asyncio.Task[Any]) -> None:
+        """Attempt ``attempt`` ended: its writer (``writer``, the task running its ``feed``) sends nothing
+        more. Cancelled, unless it is reading the client: a read cancelled half-way would lose the message,
+        so it finishes that read, keeps what came for the attempts after it, and stops."""
+        if writer.done():
+            return
+        if self._reader is not writer:
+            writer.cancel()
+            return
+        w = self._writers.pop(attempt, None)
+        if w is not None:
+            w.stopped = True
+            if not self.kept.replayable:
+                self._trim()  # what only it had left to send
 
     def _trim(self) -> None:
         """Sealed: let go of what every writer has sent."""
@@ -204,15 +241,11 @@ class RequestStream:
         self._waiters.append(f)
         await f
 
-    async def _until(self, cond: Callable[[], bool]) -> None:
-        while not cond():
-            await self._wait()
-
     def close(self) -> None:
         """The call is over: stop reading the client, let go of the messages, end the writers."""
         self.closed = True
-        if self._pump is not None:
-            self._pump.cancel()
+        if self._reader is not None:
+            self._reader.cancel()  # the call is over: its read no longer matters
         self._changed()
         if self._budget is not None and self._ticket is not None:
             self._budget.cancel(self._ticket)
