@@ -144,3 +144,49 @@ def fmt(v: Any) -> str:
 def say(msg: str) -> None:
     print(msg, flush=True)
     sys.stdout.flush()
+
+
+# -- an OTLP trace receiver --------------------------------------------------------------------------
+OTLP_TRACES = "opentelemetry.proto.collector.trace.v1.TraceService"
+
+
+class OtlpReceiver:
+    """A tiny OTLP/gRPC trace receiver on ``grpc.aio`` (127.0.0.1, a free port): every export is answered
+    as accepted (an empty ``ExportTraceServiceResponse``); ``exports`` counts the export calls and, with
+    ``count_spans``, ``spans`` the spans in them (decoded with opentelemetry-proto)."""
+
+    def __init__(self, count_spans: bool = False) -> None:
+        self.count_spans = count_spans
+        self.exports = 0
+        self.spans = 0
+        self.port = 0
+        self._server: Any = None
+
+    def _export(self, request: bytes, context: Any) -> bytes:
+        self.exports += 1
+        if self.count_spans:
+            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+            req = ExportTraceServiceRequest.FromString(request)
+            self.spans += sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
+        return b""
+
+    async def start(self) -> int:
+        import grpc
+
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    OTLP_TRACES, {"Export": grpc.unary_unary_rpc_method_handler(self._export)}
+                ),
+            )
+        )
+        self.port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        self._server = server
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(0)

@@ -9,7 +9,8 @@ reads, writes and thread hand-offs, is not counted: ``grpc_overhead.py`` counts 
 
 The proxies are ``grpc_overhead.py``'s: the floors (``floor-stream``, ``floor-unary``, ``floor-one``) and the
 sidecar in both forms (``sidecar``: every call as a stream; ``unary``: ``unary_requests: ["*"]``), with the
-``grpc-a6`` policy. Use it to compare two versions of the sidecar's call path; the ratio to the floor is
+``grpc-a6`` policy; ``traces`` (not in the default set) is the streamed sidecar exporting every call's spans
+over OTLP to a receiver (``grpc_overhead.py``'s). Use it to compare two versions of the sidecar's call path; the ratio to the floor is
 printed beside each count. Needs valgrind (``apt-get install -y valgrind``); takes a few minutes.
 
     .venv/bin/python bench/grpc_instructions.py [--calls 2000] [--concurrency 8] [--targets ...]
@@ -32,11 +33,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common import free_port, wait_port
-from grpc_overhead import FLOOR_OF, PY, SAME_RULES, proxy_command, start, stop
+from grpc_overhead import BESIDE, FLOOR_OF, PY, Receiver, proxy_command, start, stop
 from http_instructions import Callgrind
 from http_instructions import stop as stop_proc
 
-TARGETS = ("floor-unary", "floor-one", "floor-stream", "sidecar", "unary")
+TARGETS = ("floor-unary", "floor-one", "floor-stream", "sidecar", "unary", "traces")
+DEFAULT_TARGETS = ("floor-unary", "floor-one", "floor-stream", "sidecar", "unary")
 WARMUP = 300
 
 
@@ -114,7 +116,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument(
-        "--targets", default=",".join(TARGETS), help="comma-separated subset of " + ",".join(TARGETS)
+        "--targets", default=",".join(DEFAULT_TARGETS), help="comma-separated subset of " + ",".join(TARGETS)
     )
     ap.add_argument("--main-thread", action="store_true", help="count the event loop's thread alone")
     ap.add_argument(
@@ -127,6 +129,7 @@ def main() -> int:
         return 2
     names = [t for t in TARGETS if t in args.targets.split(",")]
     per_call: dict[str, float] = {}
+    receiver = Receiver() if "traces" in names else None
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = args.keep or Path(tmp)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -139,7 +142,11 @@ def main() -> int:
             for name in names:
                 port = free_port()
                 proc = (MainThread if args.main_thread else Callgrind)(
-                    name, proxy_command(name, port, up_port, Path(tmp)), port, out_dir / f"{name}.cg", 180
+                    name,
+                    proxy_command(name, port, up_port, Path(tmp), receiver.port if receiver else None),
+                    port,
+                    out_dir / f"{name}.cg",
+                    180,
                 )
                 try:
                     calls(port, WARMUP, args.concurrency)  # connections, caches, the first call of each kind
@@ -151,7 +158,9 @@ def main() -> int:
                 print(f"{name:>12}: {per_call[name] / 1000:7.1f} k instructions per call", flush=True)
         finally:
             stop(upstream)
-    for name, floor in [*FLOOR_OF.items(), *SAME_RULES.items()]:
+            if receiver is not None:
+                receiver.stop()
+    for name, floor in [*FLOOR_OF.items(), *((n, f) for n, (f, _) in BESIDE.items())]:
         if name in per_call and floor in per_call:
             print(f"{name} / {floor}: {per_call[name] / per_call[floor]:.2f}x the instructions per call")
     return 0

@@ -10,12 +10,18 @@ Six targets, each measured in every run (the order alternates):
 - ``floor-one``: the floor that keeps ``unary_requests``' rules (any call shape served; one request message
   upstream in grpc's single-request form, a second refused, responses streamed), read beside the goal;
 - ``sidecar``: ``sidecar run`` forwarding every call as a stream (the default: any call shape);
-- ``unary``: ``sidecar run`` with ``unary_requests: ["*"]`` (told every method takes one request message).
+- ``unary``: ``sidecar run`` with ``unary_requests: ["*"]`` (told every method takes one request message);
+- ``traces`` (with ``--traces``, beside the six): the streamed sidecar exporting its spans over OTLP/gRPC to
+  a real receiver (``common.OtlpReceiver``, its own process on CPU 1) with the demo's sampling (every call
+  traced: ``sample_ratio`` 1.0, the default), read against ``floor-stream`` and against ``sidecar`` (what
+  spans cost); the receiver counts the spans it got, printed per call.
 
     .venv/bin/python bench/grpc_overhead.py [--runs 3] [--duration 5] [--concurrency 32] [--targets ...]
+        [--traces]
 
 The upstream is ``sidecar.testing.grpc_upstream`` answering at once with an echo; the sidecars run the
-``grpc-a6`` policy (the demo's: retries, throttle, pushback, deadlines, telemetry on), with uvloop. The
+``grpc-a6`` policy (the demo's: retries, throttle, pushback, deadlines, metrics on; spans only in
+``traces``, as the default rows' config exports no traces), with uvloop. The
 proxies (floors and sidecars) are pinned to CPU 0, the upstream and the load client share CPU 1. The load is
 a Python ``grpc.aio`` client keeping ``--concurrency`` unary calls in flight (64-byte messages, 1 s
 deadline), then one call in flight for the latency a hop adds. With ``h2load`` installed (Debian:
@@ -44,7 +50,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import free_port, wait_port
+from common import OtlpReceiver, free_port, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "grpc.json"
@@ -214,6 +220,45 @@ async def _floor(port: int, upstream: int, form: str) -> None:
     await channel.close()
 
 
+async def _otlp() -> None:
+    """The OTLP receiver of the ``traces`` target: prints its port, then its counts on SIGUSR1."""
+    receiver = OtlpReceiver(count_spans=True)
+    print(json.dumps({"port": await receiver.start()}), flush=True)
+    stop_event = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop_event.set)
+    loop.add_signal_handler(
+        signal.SIGUSR1,
+        lambda: print(json.dumps({"exports": receiver.exports, "spans": receiver.spans}), flush=True),
+    )
+    await stop_event.wait()
+    await receiver.stop()
+
+
+class Receiver:
+    """``_otlp`` in a process of its own (on CPU 1, beside the upstream and the load client)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [*pinned(1), PY, __file__, "otlp"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise RuntimeError(f"the OTLP receiver did not start: {err}")
+        self.port: int = json.loads(line)["port"]
+
+    def counts(self) -> dict[str, int]:
+        """Export calls and spans received so far."""
+        assert self.proc.stdout is not None
+        self.proc.send_signal(signal.SIGUSR1)
+        return json.loads(self.proc.stdout.readline())
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
 async def _load(target: str, duration: float, concurrency: int) -> dict:
     import grpc
 
@@ -282,8 +327,8 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def h2load(port: int, duration: float, concurrency: int, body: Path) -> float | None:
-    """Calls/s from h2load (one connection, ``concurrency`` streams), or None without h2load."""
+def h2load(port: int, duration: float, concurrency: int, body: Path) -> tuple[float, int] | None:
+    """Calls/s and calls made from h2load (one connection, ``concurrency`` streams), or None without it."""
     if shutil.which("h2load") is None:
         return None
     out = subprocess.run(
@@ -310,18 +355,28 @@ def h2load(port: int, duration: float, concurrency: int, body: Path) -> float | 
         text=True,
         check=True,
     ).stdout
+    rate, done = None, 0
     for line in out.splitlines():
         if line.startswith("finished in"):
-            return float(line.split(",")[1].split()[0])
-    return None
+            rate = float(line.split(",")[1].split()[0])
+        elif line.startswith("requests:"):  # requests: N total, N started, N done, N succeeded, ...
+            done = int(line.split(",")[2].split()[0])
+    return None if rate is None else (rate, done)
 
 
-def sidecar_conf(tmp: Path, port: int, upstream: int, unary: bool) -> Path:
+def sidecar_conf(tmp: Path, port: int, upstream: int, unary: bool, otlp: int | None = None) -> Path:
+    """The sidecar's config: the demo's policy; with ``otlp`` (a receiver's port), traces exported to it over
+    OTLP/gRPC with the demo's sampling (``sample_ratio`` left at its default, 1.0: every call)."""
     conf = tmp / f"sidecar-{port}.yaml"
     extra = ', unary_requests: ["*"]' if unary else ""
+    telemetry = (
+        ""
+        if otlp is None
+        else f'telemetry:\n  traces: {{exporter: otlp, protocol: grpc, endpoint: "http://127.0.0.1:{otlp}"}}\n'
+    )
     conf.write_text(
         f"""admin: {{listen: null}}
-upstreams:
+{telemetry}upstreams:
   echo: {{endpoints: ["127.0.0.1:{upstream}"]}}
 listeners:
   - {{name: bench, protocol: grpc, listen: "127.0.0.1:{port}", upstream: echo, policy: grpc-a6{extra}}}
@@ -330,13 +385,25 @@ listeners:
     return conf
 
 
-TARGETS = ("direct", "floor-unary", "floor-unary-stream", "floor-one", "floor-stream", "sidecar", "unary")
+TARGETS = (
+    "direct",
+    "floor-unary",
+    "floor-unary-stream",
+    "floor-one",
+    "floor-stream",
+    "sidecar",
+    "unary",
+    "traces",
+)
 DEFAULT_TARGETS = ("direct", "floor-unary", "floor-one", "floor-stream", "sidecar", "unary")
 FLOOR_OF = {
     "sidecar": "floor-stream",
     "unary": "floor-unary",
+    "traces": "floor-stream",
 }  # each sidecar form against its floor (the goals)
-#: Read beside the goal: the sidecar's `unary_requests` form against the cheapest proxy with the same rules.
+#: Read beside the goal: the sidecar's `unary_requests` form against the cheapest proxy with the same rules,
+#: and the sidecar exporting spans against the same sidecar without (what spans cost).
+BESIDE = {"unary": ("floor-one", "the same rules, no goal"), "traces": ("sidecar", "what spans cost")}
 SAME_RULES = {"unary": "floor-one"}
 GOALS = {"cpu": 1.3, "added_p50": 1.5, "calls_per_s": 0.9}  # issue 24: <=, <=, >=
 
@@ -350,10 +417,14 @@ def spread(values: list[float]) -> dict:
     }
 
 
-def proxy_command(name: str, port: int, up_port: int, tmp: Path) -> list[str]:
+def proxy_command(name: str, port: int, up_port: int, tmp: Path, otlp: int | None = None) -> list[str]:
+    """How to run target ``name`` on ``port`` in front of the upstream (``otlp``: the receiver of
+    ``traces``)."""
     if name.startswith("floor-"):
         return [PY, __file__, "floor", str(port), str(up_port), name.removeprefix("floor-")]
-    conf = sidecar_conf(tmp, port, up_port, unary=name == "unary")
+    if name == "traces" and otlp is None:
+        raise ValueError("the traces target needs an OTLP receiver's port")
+    conf = sidecar_conf(tmp, port, up_port, unary=name == "unary", otlp=otlp if name == "traces" else None)
     return [str(Path(PY).parent / "sidecar"), "run", "-c", str(conf), "--log-level", "warning"]
 
 
@@ -379,19 +450,31 @@ def main() -> None:
         default=",".join(DEFAULT_TARGETS),
         help="comma-separated subset of " + ",".join(TARGETS) + " (a sidecar needs its floor and direct)",
     )
+    ap.add_argument(
+        "--traces",
+        action="store_true",
+        help="add the traces target (the streamed sidecar exporting spans over OTLP to a receiver)",
+    )
     args = ap.parse_args()
-    names = [t for t in TARGETS if t in args.targets.split(",")]
+    wanted = args.targets.split(",") + (["traces", "sidecar"] if args.traces else [])
+    names = [t for t in TARGETS if t in wanted]
     for name in names:
         if name in FLOOR_OF and (FLOOR_OF[name] not in names or "direct" not in names):
             raise SystemExit(f"--targets: {name} is read against {FLOOR_OF[name]} and direct: list them too")
     up_port = free_port()
     ports = {name: up_port if name == "direct" else free_port() for name in names}
     proxies = [n for n in names if n != "direct"]
+    receiver = Receiver() if "traces" in names else None
+    traced_calls = 0  # calls made to the traces target (warm-ups included): the spans are counted per call
+    spans: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         body = Path(tmp) / "request.bin"
         body.write_bytes(b"\x00" + (64).to_bytes(4, "big") + b"x" * 64)  # one gRPC message frame
         upstream = start([PY, __file__, "upstream", str(up_port)], cpu=1)
-        procs = {name: start(proxy_command(name, ports[name], up_port, Path(tmp)), cpu=0) for name in proxies}
+        otlp = receiver.port if receiver is not None else None
+        procs = {
+            name: start(proxy_command(name, ports[name], up_port, Path(tmp), otlp), cpu=0) for name in proxies
+        }
         try:
             wait_port(up_port, upstream)
             for name in proxies:
@@ -408,8 +491,12 @@ def main() -> None:
                     if proc is not None:
                         r["cpu_us_per_call"] = (cpu_seconds(proc.pid) - cpu0) / (r["calls"] + WARMUP) * 1e6
                         r["switches_per_call"] = (context_switches(proc.pid) - cs0) / (r["calls"] + WARMUP)
-                    r["serial_p50_ms"] = load(target, min(2.0, args.duration), 1)["p50_ms"]
-                    r["h2load_calls_per_s"] = h2load(ports[name], args.duration, args.concurrency, body)
+                    serial = load(target, min(2.0, args.duration), 1)
+                    r["serial_p50_ms"] = serial["p50_ms"]
+                    h2 = h2load(ports[name], args.duration, args.concurrency, body)
+                    r["h2load_calls_per_s"] = h2[0] if h2 is not None else None
+                    if name == "traces":
+                        traced_calls += r["calls"] + serial["calls"] + 2 * WARMUP + (h2[1] if h2 else 0)
                     runs[name].append(r)
                     print(
                         f"run {i + 1} {name:>12}: {r['calls_per_s']:6.0f} calls/s  p50 {r['p50_ms']:6.2f} ms  "
@@ -430,8 +517,11 @@ def main() -> None:
                     )
         finally:
             for proc in procs.values():
-                stop(proc)
+                stop(proc)  # (a sidecar exports the spans it still holds as it stops)
             stop(upstream)
+            if receiver is not None:
+                spans = receiver.counts()
+                receiver.stop()
     summary: dict = {
         "setup": {
             "runs": args.runs,
@@ -452,6 +542,14 @@ def main() -> None:
         "vs_floor": {},
         "errors": sum(r["errors"] for rs in runs.values() for r in rs),
     }
+    if receiver is not None:
+        summary["traces"] = {
+            "sample_ratio": 1.0,
+            "calls": traced_calls,
+            "otlp_exports": spans.get("exports", 0),
+            "spans": spans.get("spans", 0),
+            "spans_per_call": round(spans.get("spans", 0) / max(1, traced_calls), 3),
+        }
     print(f"\nmedians over {args.runs} runs (spread min-max); load average {os.getloadavg()[0]:.1f}")
     for name in names:
         t = summary["targets"][name]
@@ -482,12 +580,13 @@ def main() -> None:
                 f"{label} {med:.2f}x (runs {runs_txt}; goal {better} {GOALS[key]}: {'met' if met else 'NOT met'})"
             )
         print(f"{name} / {FLOOR_OF[name]}: " + "; ".join(cells))
-        same = SAME_RULES.get(name)
-        if same in names:  # beside the goal: against the cheapest proxy that keeps the same rules
+        same, what = BESIDE.get(name, ("", ""))
+        if same in names:  # beside the goal: the same rules' floor, or the sidecar without spans
             rs = ratios(runs, name, same)
-            summary["vs_same_rules"] = {name: {"floor": same, **{k: spread(v) for k, v in rs.items()}}}
+            key = "vs_same_rules" if name in SAME_RULES else "vs_" + same
+            summary.setdefault(key, {})[name] = {"floor": same, **{k: spread(v) for k, v in rs.items()}}
             print(
-                f"{name} / {same} (the same rules, no goal): "
+                f"{name} / {same} ({what}): "
                 + "; ".join(
                     f"{label} {statistics.median(rs[key]):.2f}x (runs {' '.join(f'{v:.2f}' for v in rs[key])})"
                     for key, label in (
@@ -497,6 +596,12 @@ def main() -> None:
                     )
                 )
             )
+    if "traces" in summary:
+        t = summary["traces"]
+        print(
+            f"traces: the OTLP receiver got {t['spans']} spans in {t['otlp_exports']} exports for "
+            f"{t['calls']} calls: {t['spans_per_call']} per call (a call's span and its attempt's: 2)"
+        )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {RESULTS.relative_to(ROOT)}")
@@ -511,6 +616,10 @@ if __name__ == "__main__":
         import uvloop
 
         uvloop.run(_floor(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "otlp":
+        import uvloop
+
+        uvloop.run(_otlp())
     elif len(sys.argv) > 1 and sys.argv[1] == "load":
         import uvloop
 
