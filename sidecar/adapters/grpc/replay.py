@@ -220,7 +220,10 @@ class RequestStream:
     def _trim(self) -> None:
         """Sealed: let go of what every writer has sent."""
         kept = self.kept
-        low = min((w.position for w in self._writers.values()), default=kept.end)
+        low = kept.end
+        for w in self._writers.values():  # (a loop: a generator here is made on every call)
+            if w.position < low:
+                low = w.position
         if low > kept.first:
             kept.trim(low)
             self._changed()
@@ -231,6 +234,8 @@ class RequestStream:
         self._changed()
 
     def _changed(self) -> None:
+        if not self._waiters:
+            return
         waiters, self._waiters = self._waiters, []
         for f in waiters:
             if not f.done():
