@@ -66,7 +66,7 @@ image-test: install image
 
 # Re-pin the dependencies after editing pyproject.toml (needs network access to PyPI). Three hash-pinned locks,
 # the same versions in each (the dev lock is solved first and constrains the other two):
-#   requirements-dev.lock     everything: running, tests, plots, the mypyc build, the deploy checks, py-spy (make install)
+#   requirements-dev.lock     everything: running, tests, the demo, plots, the mypyc build, the deploy checks, py-spy (make install)
 #   requirements.lock         running only: what the image's runtime stage holds
 #   requirements-native.lock  running + the mypyc build: the image's builder stage
 LOCK_VENV := /tmp/sidecar-lock-venv
@@ -75,7 +75,7 @@ PIP_COMPILE := $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --strip-ex
 lock:
 	$(PYTHON) -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/pip install --quiet pip-tools
-	$(PIP_COMPILE) --extra test --extra plot --extra native --extra deploy --extra profile -o requirements-dev.lock pyproject.toml
+	$(PIP_COMPILE) --extra test --extra demo --extra plot --extra native --extra deploy --extra profile -o requirements-dev.lock pyproject.toml
 	$(PIP_COMPILE) -c requirements-dev.lock -o requirements.lock pyproject.toml
 	$(PIP_COMPILE) -c requirements-dev.lock --extra native -o requirements-native.lock pyproject.toml
 

@@ -107,7 +107,8 @@ def write(
     }
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(data, indent=2) + "\n")
-    print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
+    root = RESULTS.parent.parent
+    print(f"wrote {path.relative_to(root) if path.is_relative_to(root) else path}")  # --out may be a path
     return path
 
 

@@ -15,8 +15,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import Counter
-
 from . import log_redaction, native, parts
 from .adapters import Listener, make_listener
 from .admin import AdminServer
@@ -52,12 +50,6 @@ class App:
         self.config_path = config_path
         self.telemetry = Telemetry(config.telemetry, span_exporter=span_exporter)
         self.services = Services(config, self.telemetry, rand or random.Random().random)
-        self.reloads = Counter(
-            "sidecar_config_reloads",
-            "Configuration reloads, by result (applied, unchanged, rejected)",
-            ["result"],
-            registry=self.telemetry.metrics.registry,
-        )
         self.reload_log = ReloadLog(time.time())
         self._reload_lock = asyncio.Lock()
         self._retiring: set[asyncio.Task[None]] = set()  # removed listeners finishing their requests
@@ -215,7 +207,7 @@ class App:
         log.info("config reloaded from %s", self.config_path)
 
     def _reloaded(self, result: str, messages: Sequence[str] = ()) -> None:
-        self.reloads.labels(result).inc()
+        self.telemetry.metrics.reloaded(result)
         self.reload_log.record(time.time(), result, messages)
 
     async def start(self) -> None:

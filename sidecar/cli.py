@@ -64,7 +64,7 @@ def demo(
 ) -> None:
     """Show the sidecar at work: built-in faulty upstreams, the sidecar in front, real client load; its
     console (the live page, sidecar tap, sidecar top) on the admin port while it runs."""
-    from .demo import PARTS, load_part
+    from .demo import PARTS, PartUnavailable, load_part
     from .demo.runner import run_part
 
     names = only or list(PARTS)
@@ -74,7 +74,11 @@ def demo(
             f"sidecar demo: unknown part(s) {', '.join(unknown)} (parts: {', '.join(PARTS)})", err=True
         )
         raise typer.Exit(2)
-    parts = [load_part(name) for name in names]
+    try:
+        parts = [load_part(name) for name in names]
+    except PartUnavailable as e:
+        typer.echo(f"sidecar demo: {e}", err=True)
+        raise typer.Exit(2) from None
     from .demo import console_address
 
     listen = _admin(admin) if admin is not None else console_address()
@@ -187,4 +191,3 @@ def version() -> None:
 
     how = "hot path compiled with mypyc" if native.compiled() else "pure Python"
     typer.echo(f"retry-sidecar {__version__} ({how})")
-

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
@@ -23,8 +24,28 @@ from .log_redaction import install as redact_logs
 HELP = "Run the sidecar until SIGTERM/SIGINT; SIGHUP or a change of the config file reloads it."
 
 
+class _Help(argparse.HelpFormatter):
+    """argparse's formatter, told the terminal's width here: its own asks ``shutil``, whose import (with bz2
+    and lzma) would then stay in the pod's memory for good, ~0.5 MB (issue 27). The width as shutil finds it:
+    ``COLUMNS``, else the terminal's, else 80."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=_columns() - 2)  # argparse's own margin
+
+
+def _columns() -> int:
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sidecar run", description=HELP)
+    p = argparse.ArgumentParser(prog="sidecar run", description=HELP, formatter_class=_Help)
     p.add_argument("-c", "--config", type=Path, required=True, help="Configuration file (YAML).")
     p.add_argument("--log-level", default="info", help="debug, info, warning or error (default: info).")
     p.add_argument(
@@ -56,7 +77,6 @@ def main(argv: Sequence[str]) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     redact_logs(redactor(cfg))
-    _import_prometheus_client()
     from .app import serve
 
     try:
@@ -65,20 +85,6 @@ def main(argv: Sequence[str]) -> int:
         print(f"sidecar: cannot start: {e}", file=sys.stderr)
         return 1
     return 0
-
-
-def _import_prometheus_client() -> None:
-    """prometheus_client without python-snappy: its exposition module imports snappy when installed, for
-    push-gateway compression the sidecar never uses, and snappy's cramjam is ~3 MB of RSS (issue 27). pymongo
-    imports snappy itself when a MongoDB listener or upstream uses that compressor."""
-    hide = "snappy" not in sys.modules
-    if hide:
-        sys.modules["snappy"] = None  # type: ignore[assignment]  # import snappy: ImportError
-    try:
-        import prometheus_client  # noqa: F401
-    finally:
-        if hide:
-            del sys.modules["snappy"]
 
 
 def run_loop(coro: Coroutine[Any, Any, None], use_uvloop: bool) -> None:

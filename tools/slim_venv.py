@@ -2,15 +2,17 @@
 the builder stage, with the venv's own Python: ``/opt/sidecar/bin/python tools/slim_venv.py /opt/sidecar``).
 
 Removed: tests shipped inside packages, type stubs (``*.pyi``, ``py.typed`` stays), the C and Cython sources
-of compiled extensions (``*.c``, ``*.h``, ``*.pyx``, ``*.pxd``, ``*.pxi``), and the bytecode (``.pyc``) of every
-module the sidecar does not import. Which modules it imports is found by doing it: a sidecar with every
-part of ``sidecar/parts.py`` in use (the three protocols, traces over both OTLP transports and the console,
+of compiled extensions (``*.c``, ``*.h``, ``*.pyx``, ``*.pxd``, ``*.pxi``), the long descriptions in the
+distributions' ``METADATA`` (their READMEs; the headers stay), and the bytecode (``.pyc``) of every module the
+sidecar does not import. Which modules it imports is found by doing it: a sidecar with every part of
+``sidecar/parts.py`` in use (the three protocols, traces over both OTLP transports and the console,
 admission, a fleet-wide budget and rate, a MongoDB upstream as a connection string with a login, every
 compressor) is built, started and stopped in this process, the ``check`` and ``version`` commands' modules
-are imported, and what ``sys.modules`` then holds keeps its bytecode. A module outside that set (``sidecar demo``'s clients, ``sidecar simulate``, pydantic's v1
-layer, pygments' lexers, ...) still imports: from its source, compiled in memory each time (the image's file
-system is read-only), which costs that command a moment at start. Debug symbols are stripped by the
-Dockerfile (``strip``), not here.
+are imported, and what ``sys.modules`` then holds keeps its bytecode. A module outside that set (``sidecar
+simulate``, pydantic's v1 layer, pygments' lexers, ...) still imports: from its source, compiled in memory
+each time (the image's file system is read-only), which costs that command a moment at start. Debug symbols
+are stripped by the Dockerfile (``strip``), not here. (aiohttp, for ``sidecar demo``'s HTTP part and the
+live simulation, is not installed at all: it is the ``demo`` extra.)
 
 Prints what it removed and the venv's size before and after.
 """
@@ -123,7 +125,12 @@ def main(venv: Path) -> int:
     keep = {
         Path(m.__cached__).resolve() for m in list(sys.modules.values()) if getattr(m, "__cached__", None)
     }
-    removed: dict[str, int] = {"tests": 0, "stubs and sources": 0, "bytecode never imported": 0}
+    removed: dict[str, int] = {
+        "tests": 0,
+        "stubs and sources": 0,
+        "bytecode never imported": 0,
+        "long descriptions": 0,
+    }
     for path in sorted(p for p in site.rglob("*") if p.is_dir() and p.name in TEST_DIRS):
         if path.exists() and (path.parent / "__init__.py").exists():  # a package's own tests
             removed["tests"] += size(path)
@@ -137,6 +144,8 @@ def main(venv: Path) -> int:
             path.unlink()
     for path in [p for p in site.rglob("__pycache__") if p.is_dir() and not any(p.iterdir())]:
         path.rmdir()
+    for path in site.glob("*.dist-info/METADATA"):
+        removed["long descriptions"] += _drop_long_description(path)
     after = size(venv)
     kept = sum(1 for p in keep if p.is_relative_to(site))
     print(
@@ -145,6 +154,18 @@ def main(venv: Path) -> int:
         + f"; bytecode kept for the {kept} modules the sidecar imports"
     )
     return 0
+
+
+def _drop_long_description(metadata: Path) -> int:
+    """A distribution's ``METADATA`` without its long description (the project's README, the body after the
+    headers' blank line): what ``importlib.metadata`` reads at run time (name, version, requirements) is in
+    the headers; licences and entry points are files of their own, kept. Returns the bytes saved."""
+    text = metadata.read_bytes()
+    head, blank, body = text.partition(b"\n\n")
+    if not blank or not body.strip():
+        return 0
+    metadata.write_bytes(head + b"\n")
+    return len(text) - len(head) - 1
 
 
 def _remove_tree(path: Path) -> None:

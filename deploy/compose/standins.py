@@ -1,5 +1,5 @@
 """Local stand-ins for the compose file's images that cannot be pulled in CI, run from the sidecar's own image
-(aiohttp is in it):
+with the standard library (and PyYAML, which the sidecar has):
 
     python standins.py traces --port 4318          an OTLP/HTTP trace receiver that counts what it gets
     python standins.py scrape --target sidecar:9901  scrapes /metrics every second, as Prometheus would
@@ -13,13 +13,15 @@ Each answers ``GET /-/ready`` (200 once it has received traces / scraped once / 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import aiohttp
 import yaml
-from aiohttp import web
 
 
 def main() -> None:
@@ -29,60 +31,66 @@ def main() -> None:
     p.add_argument("--target", default="sidecar:9901")
     args = p.parse_args()
     stats: dict[str, object] = {"requests": 0, "bytes": 0, "scrapes": 0, "last_scrape": ""}
+    lock = threading.Lock()
     if args.role == "grafana":
         stats.update(provisioned(Path("/etc/grafana/provisioning")))
-    app = web.Application()
 
-    async def traces(request: web.Request) -> web.Response:
-        body = await request.read()
-        stats["requests"] += 1
-        stats["bytes"] += len(body)
-        # An empty ExportTraceServiceResponse (protobuf): everything accepted.
-        return web.Response(body=b"", content_type="application/x-protobuf")
-
-    async def ready(request: web.Request) -> web.Response:
+    def ready() -> bool:
         if args.role == "grafana":
-            ok = bool(stats["dashboards"])
-        else:
-            ok = stats["scrapes"] > 0 if args.role == "scrape" else True
-        return web.Response(status=200 if ok else 503, text="ready\n" if ok else "not yet\n")
+            return bool(stats["dashboards"])
+        return stats["scrapes"] > 0 if args.role == "scrape" else True
 
-    async def show(request: web.Request) -> web.Response:
-        return web.Response(text=json.dumps(stats), content_type="application/json")
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            if self.path != "/v1/traces":
+                return self.answer(404, b"not found\n", "text/plain")
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            with lock:
+                stats["requests"] += 1
+                stats["bytes"] += len(body)
+            # An empty ExportTraceServiceResponse (protobuf): everything accepted.
+            self.answer(200, b"", "application/x-protobuf")
 
-    async def scraper(app: web.Application) -> None:  # a background task for the app's lifetime
-        async def loop() -> None:
-            async with aiohttp.ClientSession() as http:
-                while True:
-                    try:
-                        async with http.get(f"http://{args.target}/metrics") as r:
-                            text = await r.text()
-                            if r.status == 200:
-                                stats["scrapes"] += 1
-                                stats["last_scrape"] = "\n".join(
-                                    line
-                                    for line in text.splitlines()
-                                    if line.startswith("sidecar_requests_total")
-                                )
-                    except aiohttp.ClientError as e:
-                        print(f"scrape failed: {e}", flush=True)
-                    await asyncio.sleep(1)
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path == "/-/ready":
+                ok = ready()
+                self.answer(200 if ok else 503, b"ready\n" if ok else b"not yet\n", "text/plain")
+            elif self.path == "/stats":
+                with lock:
+                    body = json.dumps(stats).encode()
+                self.answer(200, body, "application/json")
+            else:
+                self.answer(404, b"not found\n", "text/plain")
 
-        task = asyncio.create_task(loop())
-        yield
-        task.cancel()
+        def answer(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-    app.router.add_post("/v1/traces", traces)
-    app.router.add_get("/-/ready", ready)
-    app.router.add_get("/stats", show)
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet, as aiohttp's was
+            pass
+
+    def scrape() -> None:
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{args.target}/metrics", timeout=5) as r:
+                    text = r.read().decode()
+                with lock:
+                    stats["scrapes"] += 1
+                    stats["last_scrape"] = "\n".join(
+                        line for line in text.splitlines() if line.startswith("sidecar_requests_total")
+                    )
+            except (urllib.error.URLError, OSError) as e:
+                print(f"scrape failed: {e}", flush=True)
+            time.sleep(1)  # Prometheus' own interval: a scrape a second
+
     if args.role == "scrape":
-        app.cleanup_ctx.append(scraper)
-    web.run_app(
-        app,
-        host="0.0.0.0",
-        port=args.port,
-        print=lambda *_: print(f"{args.role} on :{args.port}", flush=True),
-    )
+        threading.Thread(target=scrape, daemon=True).start()
+    server = ThreadingHTTPServer(("0.0.0.0", args.port), Handler)
+    print(f"{args.role} on :{args.port}", flush=True)
+    server.serve_forever()
 
 
 def provisioned(root: Path) -> dict[str, object]:

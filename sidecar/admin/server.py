@@ -26,10 +26,10 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 import httptools
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from ..adapters.acceptor import Acceptor
 from ..config.units import split_host_port
+from ..telemetry.exposition import CONTENT_TYPE, Registry, render
 from .routes import JSON, NOT_FOUND, AdminRequest, AdminResponse, Route, text
 
 log = logging.getLogger("sidecar.admin")
@@ -58,7 +58,7 @@ class AdminServer:
         self,
         listen: str,
         *,
-        registry: CollectorRegistry,
+        registry: Registry,
         ready: Callable[[], bool],
         effective_config: dict[str, Any],
         live: Callable[[], dict[str, Any]] | None = None,
@@ -154,7 +154,7 @@ class AdminServer:
         return text("ready\n") if self._ready() else text("not ready\n", 503)
 
     def _metrics(self, request: AdminRequest) -> AdminResponse:
-        return AdminResponse(200, generate_latest(self._registry), CONTENT_TYPE_LATEST)
+        return AdminResponse(200, render(self._registry.collect()), CONTENT_TYPE)
 
     def _config_page(self, request: AdminRequest) -> AdminResponse:
         data = self._config if self._live is None else {**self._config, **self._live()}

@@ -18,9 +18,23 @@ PARTS = ("http", "grpc", "mongodb")
 _MODULES = {"http": "sidecar.demo.http", "grpc": "sidecar.demo.grpc", "mongodb": "sidecar.demo.mongo"}
 
 
+class PartUnavailable(RuntimeError):
+    """A part needs a library this installation leaves out (the image does: it holds what ``sidecar run``
+    uses)."""
+
+
 def load_part(name: str) -> DemoPart:
     """The part's ``PART`` object (each part's module is imported only when it runs)."""
-    return importlib.import_module(_MODULES[name]).PART
+    try:
+        return importlib.import_module(_MODULES[name]).PART
+    except ModuleNotFoundError as e:
+        if e.name != "aiohttp":
+            raise
+        raise PartUnavailable(
+            f"the {name} part needs aiohttp (its upstream and clients), which this installation leaves out: "
+            "pip install 'retry-sidecar[demo]', run it from a checkout (make demo), or choose other parts "
+            "(--only grpc --only mongodb)"
+        ) from None
 
 
 def console_address(preferred: int = 9901) -> str:

@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import grpc
-from prometheus_client import CollectorRegistry
 
 from ..app import App
 from ..config import load_dict
+from ..telemetry.exposition import Registry
 from ..testing.grpc_upstream import GrpcUpstream, Step, fail
 from .runner import Send
 
@@ -73,7 +73,7 @@ class GrpcPart:
     title = "orders with retries and an outage at 4-7 s (A6 throttling), hedged catalog, 40 ms deadlines"
 
     @asynccontextmanager
-    async def session(self, admin: str | None = None) -> AsyncIterator[tuple[Send, CollectorRegistry]]:
+    async def session(self, admin: str | None = None) -> AsyncIterator[tuple[Send, Registry]]:
         async with AsyncExitStack() as stack:
             replicas = [_Replica(seed) for seed in (3, 4, 5)]
             upstreams = [

@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import aiohttp
-from prometheus_client import CollectorRegistry
 
 from ..app import App
 from ..config import load_dict
+from ..telemetry.exposition import Registry
 from ..testing.http_upstream import Fault, FaultyUpstream
 from .runner import Send
 
@@ -36,7 +36,7 @@ class HttpPart:
     title = "flaky orders (with an outage at 4-7 s), catalog with a slow tail (hedged), deadlines"
 
     @asynccontextmanager
-    async def session(self, admin: str | None = None) -> AsyncIterator[tuple[Send, CollectorRegistry]]:
+    async def session(self, admin: str | None = None) -> AsyncIterator[tuple[Send, Registry]]:
         async with AsyncExitStack() as stack:
             orders = await stack.enter_async_context(
                 FaultyUpstream(

@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import pymongo
-from prometheus_client import CollectorRegistry
 
 from ..app import App
 from ..config import load_dict
+from ..telemetry.exposition import Registry
 from ..testing.mongo import MongoTestServer
 from .runner import Send
 
@@ -31,7 +31,7 @@ class MongoPart:
     title = "two routers shedding load (router A squeezed to 30/s at 4-7 s): backoff, retargeting, bucket"
 
     @asynccontextmanager
-    async def session(self, admin: str | None = None) -> AsyncIterator[tuple[Send, CollectorRegistry]]:
+    async def session(self, admin: str | None = None) -> AsyncIterator[tuple[Send, Registry]]:
         async with AsyncExitStack() as stack:
             a = await stack.enter_async_context(MongoTestServer("mongos", record=False))
             b = await stack.enter_async_context(MongoTestServer("mongos", storage=a.storage, record=False))

@@ -15,7 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry
+from ..telemetry.exposition import Registry
 
 Send = Callable[[], Awaitable[bool]]
 
@@ -26,7 +26,7 @@ class DemoPart(Protocol):
 
     def session(
         self, admin: str | None = None
-    ) -> AbstractAsyncContextManager[tuple[Send, CollectorRegistry]]:
+    ) -> AbstractAsyncContextManager[tuple[Send, Registry]]:
         """Start upstreams and the sidecar (its admin port, and so its console, on ``admin``: ``host:port``, or
         none); yield (send one request -> ok?, the sidecar's metrics registry)."""
         ...
@@ -39,7 +39,7 @@ class Totals:
     latencies: list[float] = field(default_factory=list)
 
 
-def _sum(registry: CollectorRegistry, metric: str, **match: str) -> float:
+def _sum(registry: Registry, metric: str, **match: str) -> float:
     total = 0.0
     for family in registry.collect():
         for s in family.samples:
@@ -48,7 +48,7 @@ def _sum(registry: CollectorRegistry, metric: str, **match: str) -> float:
     return total
 
 
-def _by_label(registry: CollectorRegistry, metric: str, label: str) -> dict[str, float]:
+def _by_label(registry: Registry, metric: str, label: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for family in registry.collect():
         for s in family.samples:
@@ -75,7 +75,7 @@ class _Snapshot:
     deadline: float
 
     @classmethod
-    def take(cls, r: CollectorRegistry) -> _Snapshot:
+    def take(cls, r: Registry) -> _Snapshot:
         attempts = _by_label(r, "sidecar_attempts_total", "outcome")
         return cls(
             attempts=sum(v for k, v in attempts.items() if k != "cancelled"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Sequence
 
 from .record import Record
@@ -9,6 +10,10 @@ from .report import Report, result
 from .scenario import STRATEGIES, Scenario
 
 ENGINES = ("des", "live")
+
+
+class LiveUnavailable(RuntimeError):
+    """The live engine's library is not installed (the image leaves it out)."""
 
 
 def run_one(scenario: Scenario, engine: str, strategy: str) -> Record:
@@ -19,6 +24,12 @@ def run_one(scenario: Scenario, engine: str, strategy: str) -> Record:
 
         return des.run(scenario, strategy)
     if engine == "live":
+        if importlib.util.find_spec("aiohttp") is None:  # the model server's and clients' processes import it
+            raise LiveUnavailable(
+                "the live engine needs aiohttp (its model server and clients), which this installation leaves "
+                "out: pip install 'retry-sidecar[demo]', or run it from a checkout (make install); the des "
+                "engine needs nothing more"
+            )
         from .live import engine as live
 
         return live.run(scenario, strategy)

@@ -2,8 +2,8 @@
 
 The sidecar serves every request on one event loop thread, so the hot path needs no locks: an increment is a
 Python integer add on a small per-(listener, upstream) object (``Meters``), about 20x cheaper than a
-prometheus_client ``Counter.inc()``. A collector registered in the sidecar's own registry (never the
-process-global one) turns the numbers into metric families when ``/metrics`` is scraped.
+prometheus_client ``Counter.inc()``. A collector registered in the sidecar's registry turns the numbers into
+metric families when ``/metrics`` is scraped (``exposition.py``: the families and their text).
 """
 
 from __future__ import annotations
@@ -12,14 +12,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
+from .exposition import CounterFamily, Family, GaugeFamily, HistogramFamily, Registry
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -188,8 +181,8 @@ AdmissionRow = tuple[list[str], Any, float, Histogram]
 
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+    def __init__(self, registry: Registry | None = None) -> None:
+        self.registry = registry if registry is not None else Registry()
         self._meters: dict[tuple[str, str], Meters] = {}
         self._listeners: dict[str, ListenerMeters] = {}
         self._buckets: dict[tuple[str, str], Any] = {}
@@ -202,7 +195,12 @@ class Metrics:
         self._endpoints: dict[str, Any] = {}
         self._http_upstreams: dict[str, HttpUpstreamMeters] = {}
         self._http_listeners: dict[str, HttpListenerMeters] = {}
+        self.reloads: dict[str, int] = {}
         self.registry.register(_Collector(self))
+
+    def reloaded(self, result: str) -> None:
+        """A configuration reload ended: ``applied``, ``unchanged`` or ``rejected``."""
+        self.reloads[result] = self.reloads.get(result, 0) + 1
 
     def listener(self, name: str) -> ListenerMeters:
         m = self._listeners.get(name)
@@ -295,32 +293,32 @@ class Metrics:
         """Each upstream's retry budget buckets by (upstream, kind): their ``tokens`` and ``capacity``."""
         return dict(self._buckets)
 
-    def families(self) -> Iterator[Metric]:
+    def families(self) -> Iterator[Family]:
         lu = ["listener", "upstream"]
         pairs = sorted(self._meters.items())
         for attr, name, doc, label in _LABELED:
-            fam = CounterMetricFamily(name, doc, labels=[*lu, label])
+            fam = CounterFamily(name, doc, labels=[*lu, label])
             for (lst, up), m in pairs:
                 for value, n in sorted(getattr(m, attr).items()):
                     fam.add_metric([lst, up, value], n)
             yield fam
         for attr, name, doc in _PLAIN:
-            fam = CounterMetricFamily(name, doc, labels=lu)
+            fam = CounterFamily(name, doc, labels=lu)
             for (lst, up), m in pairs:
                 fam.add_metric([lst, up], getattr(m, attr))
             yield fam
-        hist = HistogramMetricFamily(
+        hist = HistogramFamily(
             "sidecar_request_duration_seconds", "Time from request to response end", labels=lu
         )
         for (lst, up), m in pairs:
             hist.add_metric([lst, up], m.duration.cumulative(), m.duration.sum)
         yield hist
         listeners = sorted(self._listeners.items())
-        inflight = GaugeMetricFamily("sidecar_inflight_requests", "Requests in progress", labels=["listener"])
-        received = CounterMetricFamily(
+        inflight = GaugeFamily("sidecar_inflight_requests", "Requests in progress", labels=["listener"])
+        received = CounterFamily(
             "sidecar_deadline_received", "Requests that arrived with a deadline", labels=["listener"]
         )
-        rejected = CounterMetricFamily(
+        rejected = CounterFamily(
             "sidecar_rejected",
             "Requests refused before any attempt (bad input, no route), by reason",
             labels=["listener", "reason"],
@@ -333,7 +331,7 @@ class Metrics:
         yield inflight
         yield received
         yield rejected
-        tokens = GaugeMetricFamily(
+        tokens = GaugeFamily(
             "sidecar_throttle_tokens", "Tokens in each upstream's retry budget", labels=["upstream", "kind"]
         )
         for (upstream, kind), bucket in sorted(self._buckets.items()):
@@ -351,10 +349,18 @@ class Metrics:
         rows = [*self._door_rows(), *self._ticket_rows()]
         if rows:
             yield from admission_families(rows)
+        reloads = CounterFamily(
+            "sidecar_config_reloads",
+            "Configuration reloads, by result (applied, unchanged, rejected)",
+            labels=["result"],
+        )
+        for result, n in sorted(self.reloads.items()):
+            reloads.add_metric([result], n)
+        yield reloads
 
-    def _http_families(self) -> Iterator[Metric]:
+    def _http_families(self) -> Iterator[Family]:
         if self._http_upstreams:
-            tls = CounterMetricFamily(
+            tls = CounterFamily(
                 "sidecar_upstream_tls_handshakes",
                 "TLS handshakes with HTTP upstreams, by endpoint and result (ok, resumed, failed)",
                 labels=["upstream", "endpoint", "result"],
@@ -365,10 +371,10 @@ class Metrics:
             yield tls
         if self._http_listeners:
             listeners = sorted(self._http_listeners.items())
-            open_now = GaugeMetricFamily(
+            open_now = GaugeFamily(
                 "sidecar_http_tunnels", "Upgraded connections (WebSocket) open now", labels=["listener"]
             )
-            ended = CounterMetricFamily(
+            ended = CounterFamily(
                 "sidecar_http_tunnels",
                 "Upgraded connections ended, by upstream and by who ended them (client, upstream, idle, drain)",
                 labels=["listener", "upstream", "end"],
@@ -396,13 +402,13 @@ class Metrics:
                     labels = ["concurrency", "", upstream, endpoint, pool.kind.value, "false"]
                     yield labels, pool.stats, float(pool.available), ep.queue_time[pool.kind]
 
-    def _outlier_families(self) -> Iterator[Metric]:
-        ejected = GaugeMetricFamily(
+    def _outlier_families(self) -> Iterator[Family]:
+        ejected = GaugeFamily(
             "sidecar_endpoint_ejected",
             "1 while outlier detection keeps the endpoint out of the rotation",
             labels=["upstream", "endpoint"],
         )
-        ejections = CounterMetricFamily(
+        ejections = CounterFamily(
             "sidecar_ejections",
             "Endpoints ejected by outlier detection, by reason",
             labels=["upstream", "reason"],
@@ -418,20 +424,20 @@ class Metrics:
         yield ejected
         yield ejections
 
-    def _endpoint_families(self) -> Iterator[Metric]:
-        count = GaugeMetricFamily(
+    def _endpoint_families(self) -> Iterator[Family]:
+        count = GaugeFamily(
             "sidecar_upstream_endpoints",
             "An upstream's endpoints (one per address), by state: active, ejected (outlier detection), draining "
             "(left the set, attempts still in flight)",
             labels=["upstream", "state"],
         )
-        resolutions = CounterMetricFamily(
+        resolutions = CounterFamily(
             "sidecar_dns_resolutions",
             "Resolutions of an upstream's names, by result: ok, empty (NXDOMAIN, no address), error (kept "
             "the last good answer)",
             labels=["upstream", "name", "result"],
         )
-        success = GaugeMetricFamily(
+        success = GaugeFamily(
             "sidecar_dns_last_success_timestamp_seconds",
             "When an upstream's name last resolved (ok or empty), in seconds since the epoch",
             labels=["upstream", "name"],
@@ -454,12 +460,12 @@ class Metrics:
         yield resolutions
         yield success
 
-    def _budget_families(self) -> Iterator[Metric]:
+    def _budget_families(self) -> Iterator[Family]:
         labels = ["upstream", "scope"]
-        tokens = GaugeMetricFamily(
+        tokens = GaugeFamily(
             "sidecar_retry_budget_tokens", "Retries the upstream's retry_budget allows now", labels=labels
         )
-        refused = CounterMetricFamily(
+        refused = CounterFamily(
             "sidecar_retry_budget_throttled",
             "Retries and hedges the upstream's retry_budget refused",
             labels=labels,
@@ -470,25 +476,25 @@ class Metrics:
         yield tokens
         yield refused
 
-    def _concurrency_families(self) -> Iterator[Metric]:
+    def _concurrency_families(self) -> Iterator[Family]:
         """Each endpoint's ticket pools (the admission counters of the pools are rows of
         ``admission_families``, ``limiter="concurrency"``)."""
         labels = ["upstream", "endpoint", "pool"]
-        limit = GaugeMetricFamily(
+        limit = GaugeFamily(
             "sidecar_concurrency_limit",
             "Tickets of an endpoint's pool (attempts it may have in flight)",
             labels=labels,
         )
-        in_use = GaugeMetricFamily(
+        in_use = GaugeFamily(
             "sidecar_concurrency_in_use",
             "Tickets of an endpoint's pool held: by attempts in flight (abandoned=false), or by attempts given "
             "up on whose request the upstream may still hold (abandoned=true)",
             labels=[*labels, "abandoned"],
         )
-        queued = GaugeMetricFamily(
+        queued = GaugeFamily(
             "sidecar_concurrency_queued", "Attempts waiting for a ticket of an endpoint's pool", labels=labels
         )
-        state = GaugeMetricFamily(
+        state = GaugeFamily(
             "sidecar_concurrency_probe_state",
             "An endpoint's throughput prober: 0 stable, 1 probing up, 2 probing down",
             labels=["upstream", "endpoint"],
@@ -507,20 +513,20 @@ class Metrics:
         yield queued
         yield state
 
-    def _fleet_families(self, member: Any) -> Iterator[Metric]:
-        yield GaugeMetricFamily(
+    def _fleet_families(self, member: Any) -> Iterator[Family]:
+        yield GaugeFamily(
             "sidecar_fleet_redis_up", "1 while settles with Redis succeed", value=member.up
         )
-        yield GaugeMetricFamily(
+        yield GaugeFamily(
             "sidecar_fleet_members",
             "Sidecars seen alive at the last settle (or assumed)",
             value=member.members,
         )
-        lease = HistogramMetricFamily("sidecar_fleet_lease_seconds", "Time one settle with Redis took")
+        lease = HistogramFamily("sidecar_fleet_lease_seconds", "Time one settle with Redis took")
         h = member.latency
         lease.add_metric([], h.cumulative(), h.sum)
         yield lease
-        share = GaugeMetricFamily(
+        share = GaugeFamily(
             "sidecar_fleet_share",
             "This sidecar's share of each fleet-wide budget (0..1): an upstream's retry budget, or a listener's "
             "request rate (limiter requests)",
@@ -531,25 +537,25 @@ class Metrics:
         yield share
 
 
-def admission_families(rows: Iterable[AdmissionRow]) -> Iterator[Metric]:
+def admission_families(rows: Iterable[AdmissionRow]) -> Iterator[Family]:
     """The seed's admission counters (``serverStatus`` ``attemptedAdmissions``, ...), one family each, with a
     row per limiter: ``sidecar_admission_{attempted,successful,rejected,exempted,added_to_queue,
     removed_from_queue,interrupted_in_queue}_total``, ``sidecar_admission_available_tokens``,
     ``sidecar_admission_queue_seconds``."""
     labels = list(ADMISSION_LABELS)
     counters = {
-        count: CounterMetricFamily(f"sidecar_admission_{count}", doc, labels=labels)
+        count: CounterFamily(f"sidecar_admission_{count}", doc, labels=labels)
         for count, doc in _ADMISSION_COUNTS
     }
-    rejected = CounterMetricFamily(
+    rejected = CounterFamily(
         "sidecar_admission_rejected", "Admissions refused, by reason", labels=[*labels, "reason"]
     )
-    available = GaugeMetricFamily(
+    available = GaugeFamily(
         "sidecar_admission_available_tokens",
         "Tokens (or tickets) a new admission could take now",
         labels=labels,
     )
-    waited = HistogramMetricFamily(
+    waited = HistogramFamily(
         "sidecar_admission_queue_seconds", "Time queued before admission", labels=labels
     )
     for values, stats, free, hist in rows:
@@ -565,9 +571,9 @@ def admission_families(rows: Iterable[AdmissionRow]) -> Iterator[Metric]:
     yield waited
 
 
-class _Collector(Collector):
+class _Collector:
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[Family]:
         return self._metrics.families()

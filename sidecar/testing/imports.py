@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import re
 
-#: Packages that cost a pod several megabytes each, loaded only when a config uses what needs them.
+#: Packages that cost a pod several megabytes each, loaded only when a config uses what needs them (and
+#: prometheus_client, whose package imports HTTP, WSGI and e-mail modules: never loaded by ``sidecar run``,
+#: which writes /metrics itself, ``telemetry/exposition.py``).
 HEAVY = (
     "aiohttp",
+    "prometheus_client",
     "grpc",
     "google.protobuf",
     "pymongo",

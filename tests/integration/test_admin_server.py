@@ -14,10 +14,10 @@ from typing import Any
 import aiohttp
 import pytest
 import uvloop
-from prometheus_client import CollectorRegistry, Counter
 
 from sidecar.admin.routes import AdminRequest, AdminResponse, as_json, text
 from sidecar.admin.server import AdminServer, Limits
+from sidecar.telemetry.exposition import CounterFamily, Registry
 from tests.metrics import until
 
 
@@ -32,10 +32,15 @@ def on_both_loops(case: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[st
     return test
 
 
+class Things:
+    def collect(self) -> list[CounterFamily]:
+        return [CounterFamily("things", "Things counted", value=3)]
+
+
 @contextlib.asynccontextmanager
 async def admin(limits: Limits = Limits(), listen: str = "127.0.0.1:0") -> AsyncIterator[AdminServer]:
-    registry = CollectorRegistry()
-    Counter("things", "Things counted", registry=registry).inc(3)
+    registry = Registry()
+    registry.register(Things())
     server = AdminServer(
         listen, registry=registry, ready=lambda: True, effective_config={"listeners": []}, limits=limits
     )
@@ -104,7 +109,7 @@ async def test_pages_404_405_head_query_and_peer() -> None:
         async with http.get(base + "/healthz") as r:
             assert (r.status, await r.text()) == (200, "ok\n")
         async with http.get(base + "/metrics") as r:
-            assert r.status == 200 and "things_total 3.0" in await r.text()
+            assert r.status == 200 and "things_total 3.0\n" in await r.text()
             assert r.headers["Content-Type"].startswith("text/plain")
         async with http.get(base + "/config") as r:
             assert await r.json() == {"listeners": []}

@@ -59,3 +59,22 @@ def test_run_with_a_broken_config_exits_2_without_starting(tmp_path: Path) -> No
 def test_missing_file_is_a_clear_error() -> None:
     r = run("check", "-c", "/nonexistent/sidecar.yaml")
     assert r.returncode == 2 and "cannot read" in r.stderr
+
+
+def without_aiohttp(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command in an installation without the ``demo`` extra (the image's): aiohttp cannot be imported."""
+    code = (
+        "import sys; sys.modules['aiohttp'] = None; from sidecar.entry import main; "
+        f"sys.argv = ['sidecar', *{list(args)!r}]; main()"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def test_without_the_demo_extra_the_demo_and_live_simulation_say_what_to_install() -> None:
+    r = without_aiohttp("demo", "--only", "http")
+    assert r.returncode == 2 and "the http part needs aiohttp" in r.stderr, r.stderr
+    assert "pip install 'retry-sidecar[demo]'" in r.stderr and "Traceback" not in r.stderr
+    r = without_aiohttp("simulate", "--scenario", "flaky", "--engine", "live")
+    assert r.returncode == 1 and "the live engine needs aiohttp" in r.stderr, r.stderr
+    r = without_aiohttp("simulate", "--scenario", "flaky", "--duration", "10", "--no-table")
+    assert r.returncode == 0, r.stderr  # the des engine needs nothing more

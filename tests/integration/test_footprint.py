@@ -101,9 +101,11 @@ async def test_an_http_only_sidecar_loads_no_grpc_mongodb_redis_aiohttp_or_opent
             assert loaded_heavy(modules) == [], f"an HTTP-only config loaded {loaded_heavy(modules)}"
             assert not loads(modules, "typer")  # the CLI framework parses the other commands, not run
             assert not loads(modules, "importlib.metadata")  # pydantic's plugin loader (entry.py)
+            assert not loads(modules, "shutil")  # argparse's own help formatter (run_command._Help)
+            assert not loads(modules, "http.server")  # a web server: /metrics is written by exposition.py
             maps = sc.mapped()
             assert "httptools" in maps  # the extension modules it uses are mapped ...
-            # cramjam: python-snappy's, which prometheus_client imports when installed (run_command.py)
+            # cramjam: python-snappy's (pymongo's snappy compressor)
             absent = ("cygrpc", "_cbson", "_cmessage", "aiohttp", "cramjam", "cryptography")
             for extension in (*absent, "_pydantic_core"):
                 if extension == "_pydantic_core":
@@ -219,7 +221,7 @@ def test_the_import_record_names_what_is_watched() -> None:
             "-X",
             "importtime",
             "-c",
-            "import grpc, pymongo, bson, redis, dns.resolver, aiohttp, opentelemetry.sdk.trace",
+            "import grpc, pymongo, bson, redis, dns.resolver, aiohttp, prometheus_client, opentelemetry.sdk.trace",
         ],
         capture_output=True,
         text=True,
