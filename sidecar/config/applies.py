@@ -9,6 +9,10 @@ the listeners, routes and gRPC methods that name it (directly, or through a poli
   behaviour shared by listeners of any protocol, each reading the keys of its own protocol, and a key that
   none of them reads is an error.
 
+Two more of the same kind: the console's keys (``admin.console_allow``, ``console_hosts``) with the admin
+port off (``admin.listen: null``), and a trace key the exporter does not read (``endpoint`` and
+``protocol`` but with ``otlp``, ``sample_ratio`` with ``none``).
+
 Only what the configuration writes counts (a preset's or a default's value is not "set"). Keys not listed
 here apply to every protocol. A key that does not apply is a path-named error at ``sidecar check`` and at
 start (and a reload), saying which listener uses the upstream or policy and why the key does nothing there.
@@ -96,7 +100,44 @@ def misplaced(tree: Mapping[str, Any]) -> list[tuple[str, str]]:
             pol = policies.get(name)
             if isinstance(pol, dict) and users:
                 errors.extend(_check(join("policies", name), pol, users, POLICY, every=False))
+    errors.extend(_admin(tree.get("admin")))
+    telemetry = tree.get("telemetry")
+    if isinstance(telemetry, dict):
+        errors.extend(_traces(telemetry.get("traces")))
     return errors
+
+
+#: Admin keys that are about the console, which is served on the admin port.
+CONSOLE_KEYS = ("console_allow", "console_hosts")
+#: Trace keys and the exporters they apply to, with why not elsewhere.
+TRACES: Mapping[str, tuple[frozenset[str], str]] = {
+    "endpoint": (frozenset({"otlp"}), "only the otlp exporter sends spans to an endpoint"),
+    "protocol": (
+        frozenset({"otlp"}),
+        "it is the OTLP transport (grpc or http); only the otlp exporter has one",
+    ),
+    "sample_ratio": (frozenset({"otlp", "console"}), "with exporter none no span is made to sample"),
+}
+
+
+def _admin(admin: Any) -> Iterable[tuple[str, str]]:
+    if isinstance(admin, dict) and "listen" in admin and admin["listen"] is None:
+        for key in CONSOLE_KEYS:
+            if key in admin:
+                yield (
+                    join("admin", key),
+                    "does nothing while admin.listen is null: the console is served on the admin port, "
+                    "which is off",
+                )
+
+
+def _traces(traces: Any) -> Iterable[tuple[str, str]]:
+    if not isinstance(traces, dict):
+        return
+    exporter = traces.get("exporter", "none")
+    for key, (exporters, why) in TRACES.items():
+        if key in traces and isinstance(exporter, str) and exporter not in exporters:
+            yield join("telemetry.traces", key), f"does nothing with exporter {exporter}: {why}"
 
 
 def _check(

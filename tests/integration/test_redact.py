@@ -22,7 +22,8 @@ CONFIG = """
 admin: {listen: "127.0.0.1:0"}
 telemetry:
   traces:
-    exporter: none
+    exporter: otlp  # no request is made: nothing is exported, but the endpoint must be one the exporter reads
+    protocol: http
     endpoint: "https://tracer:pa55word@collector.example:4318/v1/traces?key=${OTLP_SECRET}"
 upstreams:
   orders: {endpoints: ["127.0.0.1:8081"]}

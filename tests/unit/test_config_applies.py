@@ -178,3 +178,40 @@ def test_url_endpoints_are_an_http_upstream_s_and_of_one_scheme() -> None:
         list(errors) == ["upstreams.u.endpoints[0]"]
         and "without a path" in errors["upstreams.u.endpoints[0]"]
     )
+
+
+def test_console_keys_without_an_admin_port_are_refused() -> None:
+    up = 'upstreams: {u: {endpoints: ["127.0.0.1:8080"]}}\n' + POLICY + HTTP
+    errors = dict(
+        errors_of("admin: {listen: null, console_allow: [10.0.0.0/8], console_hosts: [a.example]}\n" + up)
+    )
+    assert set(errors) == {"admin.console_allow", "admin.console_hosts"}
+    assert errors["admin.console_hosts"].startswith("does nothing while admin.listen is null")
+    load_text('admin: {listen: "127.0.0.1:0", console_hosts: [a.example]}\n' + up, {})  # with a port: taken
+    load_text("admin: {listen: null}\n" + up, {})
+
+
+def test_trace_keys_the_exporter_does_not_read_are_refused() -> None:
+    up = 'upstreams: {u: {endpoints: ["127.0.0.1:8080"]}}\n' + POLICY + HTTP
+    errors = dict(
+        errors_of(
+            'telemetry: {traces: {endpoint: "http://c:4317", protocol: http, sample_ratio: 0.5}}\n' + up
+        )
+    )
+    assert set(errors) == {
+        "telemetry.traces.endpoint",
+        "telemetry.traces.protocol",
+        "telemetry.traces.sample_ratio",
+    }
+    assert errors["telemetry.traces.endpoint"] == (
+        "does nothing with exporter none: only the otlp exporter sends spans to an endpoint"
+    )
+    errors = dict(errors_of('telemetry: {traces: {exporter: console, endpoint: "http://c:4317"}}\n' + up))
+    assert set(errors) == {"telemetry.traces.endpoint"}
+    load_text("telemetry: {traces: {exporter: console, sample_ratio: 0.5}}\n" + up, {})
+    cfg = load_text(
+        'telemetry: {traces: {exporter: otlp, endpoint: "http://c:4318/v1/traces", protocol: http, '
+        "sample_ratio: 0.1}}\n" + up,
+        {},
+    )
+    assert cfg.telemetry.traces.sample_ratio == 0.1
