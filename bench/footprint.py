@@ -52,7 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import free_port, machine, say, show, spread, wait_port, write
+from common import OtlpReceiver, free_port, machine, say, show, spread, wait_port, write
 from http_overhead import PACE_LUA, ROOT, nginx_conf, stop, wrk
 
 sys.path.insert(0, str(ROOT))
@@ -62,7 +62,6 @@ VENV = ROOT / ".venv"
 CONFIGS = ("http", "grpc", "mongodb", "all")
 GOALS = {"http": 45.0, "grpc": 55.0, "mongodb": 50.0, "all": 75.0}  # idle RSS, MB (issue 27)
 PEAK_GOAL = 55.0  # peak RSS under load, HTTP only, MB
-OTLP_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
 
 # -- the upstreams: nginx, and one helper process (gRPC upstream, OTLP receiver, MongoDB test server) -----
@@ -71,39 +70,22 @@ async def _serve_upstreams() -> None:
     ports as one JSON line; run until SIGTERM."""
     import asyncio
 
-    import grpc
-
     from sidecar.testing.grpc_upstream import GrpcUpstream
     from sidecar.testing.mongo.server import MongoTestServer
 
-    exports = 0
-
-    def export(request: bytes, context: grpc.ServicerContext) -> bytes:
-        nonlocal exports
-        exports += 1
-        return b""  # an empty ExportTraceServiceResponse: everything accepted
-
-    otlp = grpc.aio.server()
-    otlp.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                OTLP_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(export)}
-            ),
-        )
-    )
-    otlp_port = otlp.add_insecure_port("127.0.0.1:0")
-    await otlp.start()
+    otlp = OtlpReceiver()
+    otlp_port = await otlp.start()
     grpc_up = await GrpcUpstream(keep_records=False).start()
     mongo = await MongoTestServer("mongos", record=False).start()
     print(json.dumps({"grpc": grpc_up.port, "otlp": otlp_port, "mongodb": mongo.port}), flush=True)
     stop_event = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop_event.set)
-    loop.add_signal_handler(signal.SIGUSR1, lambda: print(json.dumps({"exports": exports}), flush=True))
+    loop.add_signal_handler(signal.SIGUSR1, lambda: print(json.dumps({"exports": otlp.exports}), flush=True))
     await stop_event.wait()
     await grpc_up.stop()
     await mongo.stop()
-    await otlp.stop(0)
+    await otlp.stop()
 
 
 class Upstreams:
