@@ -521,64 +521,38 @@ def med(values: list[float]) -> float:
 def table(
     names: list[str], results: dict, profiles: dict, floor: list[float]
 ) -> tuple[list[dict], list[str]]:
-    def values(key: str) -> tuple[dict, dict]:
+    def measured(key: str, metric: str, unit: str) -> dict[str, Any]:
+        """A row of ``key``'s median per configuration (None where no start measured it) and spread."""
         got = {n: [r[key] for r in results[n] if key in r] for n in names}
-        return (
-            {n: round(med(v), 3) if v else None for n, v in got.items()},
-            {n: spread(v) for n, v in got.items()},
-        )
+        return {
+            "metric": metric,
+            "unit": unit,
+            "values": {n: round(med(v), 3) if v else None for n, v in got.items()},
+            "spread": {n: spread(v) for n, v in got.items()},
+        }
 
-    rows = []
-    idle, idle_sp = values("idle_mb")
-    rows.append(
-        {
-            "metric": "idle RSS after start",
-            "unit": "MB",
-            "values": idle,
-            "spread": idle_sp,
-            "goal": "; ".join(f"{n} <= {GOALS[n]:g}" for n in names),
-            "met": all(idle[n] is not None and idle[n] <= GOALS[n] for n in names),
-        }
-    )
-    anon, anon_sp = values("idle_anon_mb")
-    rows.append(
-        {
-            "metric": "... of which private (RssAnon: not file pages other processes share)",
-            "unit": "MB",
-            "values": anon,
-            "spread": anon_sp,
-        }
-    )
-    after, after_sp = values("after_one_mb")
-    rows.append(
-        {"metric": "RSS after one request per listener", "unit": "MB", "values": after, "spread": after_sp}
-    )
-    if any("peak_mb" in r for rs in results.values() for r in rs):
-        peak, peak_sp = values("peak_mb")
-        rows.append(
-            {
-                "metric": "peak RSS under http_overhead's load",
-                "unit": "MB",
-                "values": peak,
-                "spread": peak_sp,
-                "goal": f"http <= {PEAK_GOAL:g}",
-                "met": peak.get("http") is not None and peak["http"] <= PEAK_GOAL,
-            }
-        )
-    if any("load_rps" in r for rs in results.values() for r in rs):
-        rps, rps_sp = values("load_rps")
-        rows.append(
-            {
-                "metric": "requests/s in that load's closed loop",
-                "unit": "req/s",
-                "values": rps,
-                "spread": rps_sp,
-            }
-        )
-    start, start_sp = values("ready_s")
-    rows.append({"metric": "exec to /readyz 200", "unit": "s", "values": start, "spread": start_sp})
-    cpu, cpu_sp = values("cpu_s")
-    rows.append({"metric": "CPU time until ready", "unit": "s", "values": cpu, "spread": cpu_sp})
+    def measured_anywhere(key: str) -> bool:
+        return any(key in r for rs in results.values() for r in rs)
+
+    idle = measured("idle_mb", "idle RSS after start", "MB")
+    idle["goal"] = "; ".join(f"{n} <= {GOALS[n]:g}" for n in names)
+    idle["met"] = all(v is not None and v <= GOALS[n] for n, v in idle["values"].items())
+    rows = [
+        idle,
+        measured(
+            "idle_anon_mb", "... of which private (RssAnon: not file pages other processes share)", "MB"
+        ),
+        measured("after_one_mb", "RSS after one request per listener", "MB"),
+    ]
+    if measured_anywhere("peak_mb"):
+        peak = measured("peak_mb", "peak RSS under http_overhead's load", "MB")
+        peak["goal"] = f"http <= {PEAK_GOAL:g}"
+        peak["met"] = peak["values"].get("http") is not None and peak["values"]["http"] <= PEAK_GOAL
+        rows.append(peak)
+    if measured_anywhere("load_rps"):
+        rows.append(measured("load_rps", "requests/s in that load's closed loop", "req/s"))
+    rows.append(measured("ready_s", "exec to /readyz 200", "s"))
+    rows.append(measured("cpu_s", "CPU time until ready", "s"))
     pass_med = med(floor)
     rows.append(
         {

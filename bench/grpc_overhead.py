@@ -157,20 +157,9 @@ async def _floor(port: int, upstream: int, form: str) -> None:
 
         task = asyncio.get_running_loop().create_task(pump())
         try:
-            initial = await call.initial_metadata()
-            if initial:
-                await context.send_initial_metadata(initial)
-            while (msg := await call.read()) is not grpc.aio.EOF:
-                await context.write(msg)
-        except grpc.aio.AioRpcError:
-            pass
+            await relay(call, context)
         finally:
             task.cancel()
-        context.set_trailing_metadata(await call.trailing_metadata() or ())
-        context.set_code(await call.code())
-        details = await call.details()
-        if details:
-            context.set_details(details)
 
     async def unary_stream(method: str, request: bytes, context: grpc.aio.ServicerContext) -> None:
         mc = callables.get(method) or callables.setdefault(method, channel.unary_stream(method))

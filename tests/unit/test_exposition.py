@@ -33,7 +33,7 @@ class _Theirs:
     def collect(self) -> Iterator[Metric]:
         for f in self.families:
             m = Metric(f.name, f.documentation, f.type)
-            m.samples = [PromSample(s.name, s.labels, s.value, s.timestamp, s.exemplar) for s in f.samples]
+            m.samples = [PromSample(s.name, s.labels, s.value) for s in f.samples]
             yield m
 
 
